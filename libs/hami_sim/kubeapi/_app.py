@@ -1,0 +1,313 @@
+"""The HTTP surface: routes Kubernetes REST paths onto the store and answers in the API's own forms."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import msgspec
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+from starlette.routing import Route
+
+from hami_sim.kubeapi import _discovery
+from hami_sim.kubeapi._errors import ApiError, bad_request, gone, status_body
+from hami_sim.kubeapi._handlers import Handlers
+from hami_sim.kubeapi._resources import ResourceType, find
+from hami_sim.kubeapi._selectors import SelectorError, parse_field_selector, parse_label_selector
+from hami_sim.kubeapi._store import Store
+from hami_sim.kubeapi._table import to_table, wants_table
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+JsonObj = dict[str, Any]
+JSON: Final = "application/json"
+
+_FIELDS: Final = {
+    "pods": {
+        "spec.nodeName",
+        "spec.schedulerName",
+        "status.phase",
+        "spec.restartPolicy",
+        "spec.serviceAccountName",
+        "status.podIP",
+        "status.nominatedNodeName",
+        "spec.hostNetwork",
+    },
+    "nodes": {"spec.unschedulable"},
+    "events": {"reason", "type", "source", "reportingComponent"},
+    "namespaces": {"status.phase"},
+}
+
+
+def json_response(body: object, code: int = 200) -> Response:
+    return Response(msgspec.json.encode(body), status_code=code, media_type=JSON)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    rt: ResourceType
+    namespace: str | None
+    name: str | None
+    sub: str
+
+
+def _not_found_path(path: str) -> ApiError:
+    return ApiError(
+        404,
+        "NotFound",
+        f"the server could not find the requested resource ({path})",
+        {"causes": [{"reason": "UnexpectedServerResponse", "message": "404 page not found"}]},
+    )
+
+
+def parse_target(parts: list[str], path: str) -> Target:
+    if parts[:2] == ["api", "v1"]:
+        group, version, rest = "", "v1", parts[2:]
+    elif parts[0] == "apis" and len(parts) >= 4:
+        group, version, rest = parts[1], parts[2], parts[3:]
+    else:
+        raise _not_found_path(path)
+    namespace = None
+    nested = find(group, version, rest[2]) if rest[0] == "namespaces" and len(rest) >= 3 else None
+    if nested is not None and nested.namespaced:
+        namespace, rest = rest[1], rest[2:]
+    rt = find(group, version, rest[0])
+    if rt is None or len(rest) > 3 or (namespace is not None and not rt.namespaced):
+        raise _not_found_path(path)
+    name = rest[1] if len(rest) > 1 else None
+    sub = rest[2] if len(rest) > 2 else ""
+    if sub and sub not in rt.subresources:
+        raise _not_found_path(path)
+    if not name and not rt.namespaced and namespace is None:
+        return Target(rt, None, None, "")
+    return Target(rt, namespace, name, sub)
+
+
+def _field_allowed(rt: ResourceType) -> Any:
+    extra = _FIELDS.get(rt.plural, set())
+
+    def allowed(path: str) -> bool:
+        if path in ("metadata.name", "metadata.namespace") or path in extra:
+            return True
+        return rt.plural == "events" and path.startswith(("involvedObject.", "source."))
+
+    return allowed
+
+
+class Api:
+    def __init__(self, store: Store, server_address: str, bookmark_interval: float) -> None:
+        self.store = store
+        self.handlers = Handlers(store)
+        self.server_address = server_address
+        self.bookmark_interval = bookmark_interval
+
+    async def handle(self, request: Request) -> Response:
+        try:
+            return await self.dispatch(request)
+        except ApiError as err:
+            return json_response(err.status(), err.code)
+        except Exception as err:  # the one broad catch: any bug answers 500 in API form, the server lives on
+            log.exception("emulator failed on %s %s", request.method, request.url.path)
+            return json_response(status_body(500, "InternalError", f"Internal error occurred: {err}"), 500)
+
+    async def dispatch(self, request: Request) -> Response:
+        path = request.url.path
+        parts = [p for p in path.split("/") if p]
+        doc = _discovery.document(parts, self.server_address)
+        if doc is not None:
+            if request.method != "GET":
+                raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+            return doc if isinstance(doc, Response) else json_response(doc)
+        if not parts:
+            raise _not_found_path(path)
+        target = parse_target(parts, path)
+        query = request.query_params
+        if query.get("dryRun"):
+            raise bad_request("dryRun is not supported by the emulator")
+        method = request.method
+        if target.name is None:
+            if method == "GET":
+                if query.get("watch") in ("1", "true"):
+                    return await self.watch(request, target)
+                return self.list(request, target)
+            if target.namespace is None and target.rt.namespaced:
+                raise ApiError(
+                    405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+                )
+            if method == "POST":
+                body = await self._body(request)
+                if target.rt.plural == "bindings":
+                    return json_response(self.handlers.bind(target.namespace, None, body), 201)
+                return json_response(self.store.create(target.rt, target.namespace, body), 201)
+            if method == "DELETE":
+                items, rv = self._select(request, target)
+                for obj in items:
+                    self.store.delete(target.rt, target.namespace, obj["metadata"]["name"])
+                return json_response(
+                    {
+                        "kind": target.rt.list_kind,
+                        "apiVersion": target.rt.api_version,
+                        "metadata": {"resourceVersion": str(rv)},
+                        "items": items,
+                    }
+                )
+        else:
+            name = target.name
+            if target.sub == "binding":
+                if method != "POST":
+                    raise ApiError(405, "MethodNotAllowed", "the server does not allow this method")
+                body = await self._body(request)
+                return json_response(self.handlers.bind(target.namespace, name, body), 201)
+            if method == "GET":
+                return json_response(self.store.get(target.rt, target.namespace, name))
+            if method == "PUT":
+                body = await self._body(request)
+                return json_response(
+                    self.handlers.replace(target.rt, target.namespace, name, body, target.sub)
+                )
+            if method == "PATCH":
+                content_type = request.headers.get("content-type", "").split(";")[0].strip()
+                body = await self._body(request)
+                return json_response(
+                    self.handlers.patch(target.rt, target.namespace, name, content_type, body, target.sub)
+                )
+            if method == "DELETE" and not target.sub:
+                raw = await request.body()
+                options = self._decode(raw) if raw.strip() else {}
+                return json_response(self.handlers.delete(target.rt, target.namespace, name, options))
+        raise ApiError(
+            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
+        )
+
+    @staticmethod
+    def _decode(raw: bytes) -> Any:
+        try:
+            return msgspec.json.decode(raw)
+        except msgspec.DecodeError as err:
+            raise bad_request(f"invalid JSON in request body: {err}") from None
+
+    async def _body(self, request: Request) -> Any:
+        raw = await request.body()
+        if not raw.strip():
+            raise bad_request("the request body is empty")
+        return self._decode(raw)
+
+    def _selectors(self, request: Request, target: Target) -> tuple[Any, Any]:
+        query = request.query_params
+        try:
+            labels = parse_label_selector(query.get("labelSelector"))
+            fields = parse_field_selector(query.get("fieldSelector"), _field_allowed(target.rt))
+        except SelectorError as err:
+            raise bad_request(str(err)) from None
+        return labels, fields
+
+    def _select(self, request: Request, target: Target) -> tuple[list[JsonObj], int]:
+        labels, fields = self._selectors(request, target)
+        return self.store.list_matching(target.rt, target.namespace, labels, fields)
+
+    def list(self, request: Request, target: Target) -> Response:
+        items, rv = self._select(request, target)
+        query = request.query_params
+        metadata: JsonObj = {"resourceVersion": str(rv)}
+        start = query.get("continue")
+        if start:
+            items = [o for o in items if _sort_key(o) > tuple(start.split("/", 1))]
+        limit = query.get("limit")
+        if limit and limit.isdigit() and 0 < int(limit) < len(items):
+            items = items[: int(limit)]
+            metadata["continue"] = "/".join(_sort_key(items[-1]))
+            metadata["remainingItemCount"] = 0
+        if wants_table(request.headers.get("accept", "")):
+            table = to_table(target.rt, items, str(rv), query.get("includeObject", "PartialObjectMetadata"))
+            table["metadata"] = metadata
+            return json_response(table)
+        return json_response(
+            {
+                "kind": target.rt.list_kind,
+                "apiVersion": target.rt.api_version,
+                "metadata": metadata,
+                "items": items,
+            }
+        )
+
+    async def watch(self, request: Request, target: Target) -> Response:
+        labels, fields = self._selectors(request, target)
+        query = request.query_params
+        since = query.get("resourceVersion")
+        try:
+            backlog, watcher = self.store.watch(
+                target.rt, target.namespace, labels, fields, since, asyncio.get_running_loop()
+            )
+        except ApiError as err:
+            if err.code != gone("").code:
+                raise
+            return StreamingResponse(_once(_line("ERROR", err.status())), media_type=JSON)
+        timeout = float(query.get("timeoutSeconds") or 0) or None
+        bookmarks = query.get("allowWatchBookmarks") in ("1", "true")
+        table = wants_table(request.headers.get("accept", "")) and query.get("includeObject", "") != "x"
+        include = query.get("includeObject", "PartialObjectMetadata")
+
+        def render(kind: str, obj: JsonObj) -> bytes:
+            if table and kind != "BOOKMARK":
+                rv = obj["metadata"].get("resourceVersion", "")
+                return _line(kind, to_table(target.rt, [obj], rv, include, headers=False))
+            return _line(kind, obj)
+
+        async def stream() -> AsyncIterator[bytes]:
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout if timeout else None
+            try:
+                for kind, obj in backlog:
+                    yield render(kind, obj)
+                while True:
+                    wait = self.bookmark_interval if bookmarks else None
+                    if deadline is not None:
+                        left = deadline - loop.time()
+                        if left <= 0:
+                            return
+                        wait = left if wait is None else min(wait, left)
+                    try:
+                        item = await asyncio.wait_for(watcher.queue.get(), wait)
+                    except TimeoutError:
+                        if bookmarks:
+                            rv = self.store.resource_version
+                            await asyncio.sleep(0)  # let events committed up to rv reach the queue first
+                            if watcher.queue.empty():
+                                yield render("BOOKMARK", self._bookmark(target.rt, rv))
+                        continue
+                    if item is None:
+                        return
+                    yield render(*item)
+            finally:
+                self.store.unwatch(watcher)
+
+        return StreamingResponse(stream(), media_type=JSON)
+
+    @staticmethod
+    def _bookmark(rt: ResourceType, rv: int) -> JsonObj:
+        return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}}
+
+
+def _sort_key(obj: JsonObj) -> tuple[str, str]:
+    metadata = obj.get("metadata") or {}
+    return (metadata.get("namespace", ""), metadata.get("name", ""))
+
+
+def _line(kind: str, obj: JsonObj) -> bytes:
+    return msgspec.json.encode({"type": kind, "object": obj}) + b"\n"
+
+
+async def _once(chunk: bytes) -> AsyncIterator[bytes]:
+    yield chunk
+
+
+def create_app(store: Store, server_address: str, bookmark_interval: float = 1.0) -> Starlette:
+    api = Api(store, server_address, bookmark_interval)
+    methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
+    return Starlette(routes=[Route("/{path:path}", api.handle, methods=methods)])
