@@ -1,0 +1,1 @@
+"""Shared core of the HAMi services."""

@@ -1,0 +1,63 @@
+"""Every HAMi annotation and label key: the only place these strings are written (hami-protocol §2)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+# --- Node: inventory and hand-off (hami-protocol §2.1-2.4, §2.7) ---------------------------------
+NODE_REGISTER: Final = "hami.io/node-nvidia-register"
+NODE_SCORE: Final = "hami.io/node-nvidia-score"
+NODE_HANDSHAKE: Final = "hami.io/node-handshake"  # NVIDIA has no vendor suffix
+NODE_LOCK: Final = "hami.io/mutex.lock"
+DEVICE_CORDON: Final = "hami.io/device-cordon"
+
+# --- Pod: written by the scheduler and the device plugin (§2.1, §2.5, §2.6) ----------------------
+VGPU_NODE: Final = "hami.io/vgpu-node"  # annotation and label
+VGPU_TIME: Final = "hami.io/vgpu-time"
+DEVICES_TO_ALLOCATE: Final = "hami.io/vgpu-devices-to-allocate"
+DEVICES_ALLOCATED: Final = "hami.io/vgpu-devices-allocated"
+MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
+BIND_TIME: Final = "hami.io/bind-time"
+BIND_PHASE: Final = "hami.io/bind-phase"
+TRACE_CONTEXT: Final = "hami.io/trace-context"  # ours: W3C traceparent of the pod's scheduling trace
+
+BIND_PHASE_ALLOCATING: Final = "allocating"
+BIND_PHASE_SUCCESS: Final = "success"
+BIND_PHASE_FAILED: Final = "failed"
+
+# --- Pod: set by users (§2.9) ---------------------------------------------------------------------
+NODE_SCHEDULER_POLICY: Final = "hami.io/node-scheduler-policy"
+GPU_SCHEDULER_POLICY: Final = "hami.io/gpu-scheduler-policy"
+DEVICE_SCORING_WEIGHTS: Final = "hami.io/device-scoring-weights"
+USE_GPUTYPE: Final = "nvidia.com/use-gputype"
+NOUSE_GPUTYPE: Final = "nvidia.com/nouse-gputype"
+USE_GPUUUID: Final = "nvidia.com/use-gpuuuid"
+NOUSE_GPUUUID: Final = "nvidia.com/nouse-gpuuuid"
+NUMA_BIND: Final = "nvidia.com/numa-bind"
+VGPU_MODE: Final = "nvidia.com/vgpu-mode"
+
+# --- Labels ----------------------------------------------------------------------------------------
+SCHEDULER_ROLE: Final = "hami.io/scheduler-role"
+SCHEDULER_ROLE_LEADER: Final = "leader"
+SCHEDULER_ROLE_FOLLOWER: Final = "follower"
+WEBHOOK_LABEL: Final = "hami.io/webhook"
+WEBHOOK_IGNORE: Final = "ignore"
+POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+
+# Annotations only the system may write: a tenant setting one could forge an allocation (ARCHITECTURE §3).
+SCHEDULER_OWNED: Final[frozenset[str]] = frozenset(
+    {
+        VGPU_NODE,
+        VGPU_TIME,
+        DEVICES_TO_ALLOCATE,
+        DEVICES_ALLOCATED,
+        MIG_ALLOCATIONS,
+        BIND_TIME,
+        BIND_PHASE,
+        NODE_LOCK,
+        TRACE_CONTEXT,
+    }
+)
+
+# The vendor word in device lists and requests; a device's `type` is the model string (§2.5, §9 item 5).
+NVIDIA_VENDOR: Final = "NVIDIA"

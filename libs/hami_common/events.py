@@ -1,0 +1,118 @@
+"""The messages on the bus (ARCHITECTURE §4): frozen msgspec Structs, encoded with msgpack.
+
+Every message carries ``schema``, the version of its own layout; a consumer that meets a newer
+schema still decodes the fields it knows (unknown fields are ignored) and can tell it is behind.
+Times are integers in nanoseconds since the epoch (``*_ns``); memory is in bytes (``*_bytes``) or MiB
+(``*_mib``) as each field's name says. Trace context travels in NATS headers, never in the body.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import msgspec
+
+from hami_common.annotations.registration import DeviceInfo
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "AdmissionEvent",
+    "AllocationResult",
+    "BusEvent",
+    "ContainerPlacement",
+    "NodeInventory",
+    "PlacedDevice",
+    "PlacementDecision",
+    "UsageSample",
+]
+
+SCHEMA_VERSION: Final = 1
+
+
+class BusEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """Base of every bus message."""
+
+    schema: int = SCHEMA_VERSION
+
+
+class AdmissionEvent(BusEvent, frozen=True, kw_only=True, tag="admission"):
+    """The webhook's verdict on one pod, published on ``hami.admission.<namespace>``."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    allowed: bool
+    mutated: bool = False
+    gpu_containers: int = 0
+    reason: str = ""
+    at_ns: int
+
+
+class PlacedDevice(msgspec.Struct, frozen=True, kw_only=True):
+    """One physical GPU granted to one container (a ``hami.io/vgpu-devices-allocated`` entry)."""
+
+    uuid: str
+    type: str
+    usedmem_mib: int
+    usedcores: int
+
+
+class ContainerPlacement(msgspec.Struct, frozen=True, kw_only=True):
+    name: str
+    init: bool = False
+    devices: tuple[PlacedDevice, ...] = ()
+    priority: int | None = None
+
+
+class PlacementDecision(BusEvent, frozen=True, kw_only=True, tag="placement"):
+    """The extender's bind of a pod to a node and GPUs, on JetStream ``hami.placement.<node>``.
+
+    Containers are listed as in the pod annotations: init containers first, one entry each.
+    """
+
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    containers: tuple[ContainerPlacement, ...]
+    bind_time_ns: int
+
+
+class AllocationResult(BusEvent, frozen=True, kw_only=True, tag="allocated"):
+    """The device plugin's answer to one Allocate, on ``hami.allocated.<node>``."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    node: str
+    container: str
+    ok: bool
+    staged: bool  # served from the staging store (True) or by the annotation fallback (False)
+    device_uuids: tuple[str, ...] = ()
+    reason: str = ""
+    at_ns: int
+
+
+class NodeInventory(BusEvent, frozen=True, kw_only=True, tag="inventory"):
+    """A node's registered GPUs, on ``hami.inventory.<node>`` whenever they change and periodically."""
+
+    node: str
+    devices: tuple[DeviceInfo, ...]
+    at_ns: int
+
+
+class UsageSample(BusEvent, frozen=True, kw_only=True, tag="usage"):
+    """What one container uses on one GPU, read from its shared-cache file, on ``hami.usage.<node>``."""
+
+    node: str
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    device_uuid: str
+    used_bytes: int
+    limit_bytes: int
+    sm_util_percent: int = 0
+    core_limit_percent: int = 0
+    priority: int = 0
+    at_ns: int

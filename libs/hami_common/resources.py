@@ -1,0 +1,217 @@
+"""Per-container GPU requests from a pod spec, with HAMi's semantics (hami-protocol §1, §3, §9 item 6).
+
+Pure functions over typed values: the caller decodes the pod and passes each container's limits and
+requests. ``pod_request`` lists init containers first, then regular containers, as every HAMi annotation
+does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from hami_common.annotations.keys import NVIDIA_VENDOR
+from hami_common.errors import InvalidInput
+from hami_common.quantity import as_int, value
+
+__all__ = [
+    "GPU",
+    "GPU_CORES",
+    "GPU_MEMORY",
+    "GPU_MEMORY_PERCENTAGE",
+    "GPU_PRIORITY",
+    "UNSET_PERCENTAGE",
+    "ContainerResources",
+    "DeviceRequest",
+    "PodRequest",
+    "ResourceConfig",
+    "container_request",
+    "is_exclusive",
+    "needs_default_gpu_num",
+    "pod_request",
+    "validate_percentage",
+]
+
+GPU: Final = "nvidia.com/gpu"
+GPU_MEMORY: Final = "nvidia.com/gpumem"
+GPU_MEMORY_PERCENTAGE: Final = "nvidia.com/gpumem-percentage"
+GPU_CORES: Final = "nvidia.com/gpucores"
+GPU_PRIORITY: Final = "nvidia.com/priority"
+
+UNSET_PERCENTAGE: Final = 101  # HAMi's sentinel: memory was given in MiB, not as a percentage
+FULL_PERCENTAGE: Final = 100
+_INT32_MAX: Final = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceConfig:
+    """The scheduler-side ``nvidia:`` knobs of HAMi's device config, with the chart's defaults."""
+
+    count_name: str = GPU
+    memory_name: str = GPU_MEMORY
+    memory_percentage_name: str = GPU_MEMORY_PERCENTAGE
+    core_name: str = GPU_CORES
+    priority_name: str = GPU_PRIORITY
+    default_memory: int = 0  # MiB when neither memory nor percentage is asked; 0 means the whole card
+    default_cores: int = 0
+    default_gpu_num: int = 1
+    memory_factor: int = 1
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerResources:
+    """What a container asks for: quantities as the apiserver stores them (strings)."""
+
+    name: str
+    limits: Mapping[str, str] = field(default_factory=dict)
+    requests: Mapping[str, str] = field(default_factory=dict)
+
+    def quantity(self, resource: str) -> str | None:
+        """Limits win over requests, as in HAMi."""
+        found = self.limits.get(resource)
+        return found if found is not None else self.requests.get(resource)
+
+    def asks_for(self, resource: str) -> bool:
+        return resource in self.limits or resource in self.requests
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceRequest:
+    """One container's GPU request; HAMi's ``ContainerDeviceRequest``."""
+
+    nums: int
+    memreq: int  # MiB, already multiplied by memoryFactor; 0 when given as a percentage
+    mem_percentage: int  # 1..100, or UNSET_PERCENTAGE when memreq applies
+    coresreq: int
+    type: str = NVIDIA_VENDOR
+    priority: int | None = None
+
+    def memory_on(self, total_mib: int) -> int:
+        """MiB this request takes on a card of ``total_mib`` (integer division, as HAMi's Fit)."""
+        if self.memreq > 0:
+            return self.memreq
+        if self.mem_percentage != UNSET_PERCENTAGE:
+            return total_mib * self.mem_percentage // 100
+        return 0
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    """Every container's request, init containers first; ``None`` for a container without a GPU."""
+
+    init: tuple[DeviceRequest | None, ...]
+    app: tuple[DeviceRequest | None, ...]
+
+    @property
+    def containers(self) -> tuple[DeviceRequest | None, ...]:
+        return self.init + self.app
+
+    @property
+    def has_devices(self) -> bool:
+        return any(r is not None for r in self.containers)
+
+
+def _integer(c: ContainerResources, resource: str) -> int | None:
+    text = c.quantity(resource)
+    if text is None:
+        return None
+    try:
+        return value(text)
+    except InvalidInput as err:
+        raise InvalidInput(f"container {c.name}: {resource}: {err}") from err
+
+
+def _memory_mib(c: ContainerResources, config: ResourceConfig) -> int | None:
+    """MiB after memoryFactor; None when it is absent, fractional, or does not fit int32 (HAMi drops it)."""
+    text = c.quantity(config.memory_name)
+    if text is None:
+        return 0
+    try:
+        exact = as_int(text)
+    except InvalidInput as err:
+        raise InvalidInput(f"container {c.name}: {config.memory_name}: {err}") from err
+    if exact is None:
+        raise InvalidInput(f"container {c.name}: {config.memory_name} must be a whole number of MiB: {text}")
+    mib = exact * config.memory_factor
+    return mib if 0 <= mib <= _INT32_MAX else None
+
+
+def container_request(c: ContainerResources, config: ResourceConfig) -> DeviceRequest | None:
+    """HAMi's ``GenerateResourceRequests`` for one container; None when it asks for no GPU.
+
+    A percentage at or below 0 counts as unset and one above 100 is clamped. Memory that does not fit
+    int32 after memoryFactor makes the container count as asking for no GPU at all, as in HAMi.
+    """
+    nums = _integer(c, config.count_name)
+    if nums is None or nums <= 0:
+        return None
+    memreq = _memory_mib(c, config)
+    if memreq is None:
+        return None
+    percentage = _integer(c, config.memory_percentage_name)
+    if percentage is None or percentage <= 0:
+        percentage = UNSET_PERCENTAGE
+    elif percentage > FULL_PERCENTAGE:
+        percentage = FULL_PERCENTAGE
+    if percentage == UNSET_PERCENTAGE and memreq == 0:
+        if config.default_memory > 0:
+            memreq = config.default_memory
+        else:
+            percentage = FULL_PERCENTAGE
+    cores = _integer(c, config.core_name)
+    priority_text = c.limits.get(config.priority_name)
+    return DeviceRequest(
+        nums=nums,
+        memreq=memreq,
+        mem_percentage=percentage,
+        coresreq=config.default_cores if cores is None else cores,
+        priority=None if priority_text is None else value(priority_text),
+    )
+
+
+def pod_request(
+    init: Sequence[ContainerResources], app: Sequence[ContainerResources], config: ResourceConfig
+) -> PodRequest:
+    return PodRequest(
+        init=tuple(container_request(c, config) for c in init),
+        app=tuple(container_request(c, config) for c in app),
+    )
+
+
+def validate_percentage(c: ContainerResources, config: ResourceConfig) -> None:
+    """The webhook's check (HAMi: pkg/device/nvidia/device.go:389-396): 0..100 in limits and requests."""
+    for source in (c.limits, c.requests):
+        text = source.get(config.memory_percentage_name)
+        if text is None:
+            continue
+        try:
+            number = as_int(text)
+        except InvalidInput:
+            number = None
+        if number is None or not 0 <= number <= FULL_PERCENTAGE:
+            raise InvalidInput(
+                f"invalid {config.memory_percentage_name} value {text} in container {c.name}: "
+                "must be an integer between 0 and 100"
+            )
+
+
+def needs_default_gpu_num(c: ContainerResources, config: ResourceConfig) -> bool:
+    """The webhook adds ``limits[count]=defaultGPUNum`` when only memory/cores are in limits."""
+    if config.count_name in c.limits or config.default_gpu_num <= 0:
+        return False
+    return any(name in c.limits for name in (config.core_name, config.memory_name, config.memory_percentage_name))
+
+
+def is_exclusive(c: ContainerResources, config: ResourceConfig) -> bool:
+    """Exclusive-by-default: the webhook sets ``gpucores: 100`` (HAMi: pkg/device/nvidia/device.go:417-450).
+
+    Applies when the count is asked for, cores are not, and the container wants the whole card: a
+    percentage of exactly 100, or neither a percentage nor MiB.
+    """
+    if not c.asks_for(config.count_name) or c.asks_for(config.core_name):
+        return False
+    percentage = c.quantity(config.memory_percentage_name)
+    if percentage is not None:
+        return as_int(percentage) == FULL_PERCENTAGE
+    return not c.asks_for(config.memory_name)

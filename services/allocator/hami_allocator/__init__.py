@@ -1,0 +1,1 @@
+"""HAMi allocator service."""
