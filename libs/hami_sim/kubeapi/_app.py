@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Any, Final
@@ -26,6 +27,7 @@ __all__ = ["create_app"]
 
 log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
+RequestLog = deque[tuple[str, str]]
 JSON: Final = "application/json"
 
 _FIELDS: Final = {
@@ -101,13 +103,18 @@ def _field_allowed(rt: ResourceType) -> Any:
 
 
 class Api:
-    def __init__(self, store: Store, server_address: str, bookmark_interval: float) -> None:
+    def __init__(
+        self, store: Store, server_address: str, bookmark_interval: float, requests: RequestLog | None = None
+    ) -> None:
         self.store = store
+        self.requests = requests
         self.handlers = Handlers(store)
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
 
     async def handle(self, request: Request) -> Response:
+        if self.requests is not None:
+            self.requests.append((request.method, request.url.path))
         try:
             return await self.dispatch(request)
         except ApiError as err:
@@ -307,7 +314,10 @@ async def _once(chunk: bytes) -> AsyncIterator[bytes]:
     yield chunk
 
 
-def create_app(store: Store, server_address: str, bookmark_interval: float = 1.0) -> Starlette:
-    api = Api(store, server_address, bookmark_interval)
+def create_app(
+    store: Store, server_address: str, bookmark_interval: float = 1.0, requests: RequestLog | None = None
+) -> Starlette:
+    """The ASGI app; ``requests``, when given, records ``(method, path)`` of every request served."""
+    api = Api(store, server_address, bookmark_interval, requests)
     methods = ["GET", "POST", "PUT", "PATCH", "DELETE"]
     return Starlette(routes=[Route("/{path:path}", api.handle, methods=methods)])

@@ -59,10 +59,10 @@ class Handlers:
         if content_type == MERGE_PATCH:
             if not isinstance(body, dict):
                 raise bad_request("a merge patch must be a JSON object")
-            check_shape(body, "patch")
+            check_shape(body, "patch", patch=True)
             apply: Callable[[Any, Any], Any] = apply_merge_patch
         elif content_type == STRATEGIC_PATCH:
-            check_shape(body, "patch")
+            check_shape(body, "patch", patch=True)
             apply = apply_strategic_merge_patch
         elif content_type == JSON_PATCH:
             apply = apply_json_patch

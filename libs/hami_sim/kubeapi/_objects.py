@@ -34,8 +34,9 @@ _POD_MUTABLE: Final = (
 )
 
 
-def check_shape(obj: object, what: str = "object") -> JsonObj:
-    """The decoding errors a Go apiserver reports as 400: wrong JSON types in the fields we read."""
+def check_shape(obj: object, what: str = "object", *, patch: bool = False) -> JsonObj:
+    """The decoding errors a Go apiserver reports as 400: wrong JSON types in the fields we read.
+    In a ``patch``, ``null`` values are allowed (they delete)."""
     if not isinstance(obj, dict):
         raise bad_request(f"{what} must be a JSON object")
     metadata = obj.get("metadata", {})
@@ -50,7 +51,8 @@ def check_shape(obj: object, what: str = "object") -> JsonObj:
         value = metadata.get(field)
         if value is None:
             continue
-        if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
+        allowed = (str, type(None)) if patch else (str,)
+        if not isinstance(value, dict) or not all(isinstance(v, allowed) for v in value.values()):
             raise bad_request(f"metadata.{field} must be a map of strings")
     for field in ("spec", "status"):
         if obj.get(field) is not None and not isinstance(obj[field], dict):

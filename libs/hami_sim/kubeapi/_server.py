@@ -6,6 +6,7 @@ import asyncio
 import json
 import socket
 import threading
+from collections import deque
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -46,6 +47,7 @@ class KubeApiEmulator:
         self.port = port
         self.bookmark_interval = bookmark_interval
         self.store = Store(history=history)
+        self.requests: deque[tuple[str, str]] = deque(maxlen=10_000)  # (method, path), across restarts
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -65,7 +67,7 @@ class KubeApiEmulator:
         sock.bind((self.host, self.port))
         self.port = sock.getsockname()[1]
         sock.listen(128)
-        app = create_app(self.store, f"{self.host}:{self.port}", self.bookmark_interval)
+        app = create_app(self.store, f"{self.host}:{self.port}", self.bookmark_interval, self.requests)
         config = uvicorn.Config(
             app,
             log_config=None,
@@ -99,6 +101,10 @@ class KubeApiEmulator:
     def restart(self) -> None:
         self.stop()
         self.start()
+
+    def count(self, method: str, path: str) -> int:
+        """How many ``method path`` requests this emulator has served, restarts included."""
+        return sum(1 for entry in list(self.requests) if entry == (method, path))
 
     def compact(self) -> int:
         return self.store.compact()
