@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: all run test lint native clean bench
+.PHONY: all run test lint native protos clean bench
 
 all: test
 
@@ -17,11 +17,15 @@ $(STAMP): pyproject.toml
 native: $(STAMP)
 	@if [ -f native/vgpu/Makefile ]; then $(MAKE) -C native/vgpu; fi
 
-test: $(STAMP) native
+# The device-plugin gRPC stubs are generated from the proto in the build, never edited by hand.
+protos: $(STAMP)
+	@if [ -f services/allocator/hami_allocator/api/generate.py ]; then $(BIN)/python -m hami_allocator.api.generate; fi
+
+test: $(STAMP) native protos
 	$(BIN)/python -m pytest
 
-run: $(STAMP) native
-	$(BIN)/hami run
+run: $(STAMP) native protos
+	$(BIN)/hami up
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
