@@ -1,9 +1,11 @@
 """One configuration pattern for every service: a frozen dataclass, filled from flags, then ``HAMI_*``.
 
-A service declares its settings as a frozen dataclass whose fields all have defaults and a help text::
+A service declares its settings as a frozen dataclass whose fields all have defaults and a help text,
+combining the shared bases (``BusSettings``, ``KubeSettings``) by inheritance; no class in the chain may
+use ``slots=True``, since two slotted bases cannot be combined::
 
-    @dataclass(frozen=True, slots=True)
-    class ExtenderSettings(BusSettings):
+    @dataclass(frozen=True)
+    class ExtenderSettings(BusSettings, KubeSettings):
         http_port: int = setting(8443, "port of the extender's HTTP API")
 
 ``load(ExtenderSettings, argv)`` builds an ``argparse`` parser with one ``--http-port`` flag per field.
@@ -124,7 +126,7 @@ def load(cls: type[S], argv: Sequence[str] | None = None, env: Mapping[str, str]
     return cls(**values)
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
+@dataclasses.dataclass(frozen=True)  # no slots: service settings combine bases by multiple inheritance
 class BusSettings:
     """How a service reaches NATS."""
 

@@ -9,7 +9,7 @@ from hami_common.settings import setting
 __all__ = ["KubeSettings"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)  # no slots: service settings combine bases by multiple inheritance
 class KubeSettings:
     """How a service reaches the Kubernetes API."""
 

@@ -1,0 +1,1 @@
+"""The ``hami`` operator command: run the local stack, decode HAMi annotation values."""

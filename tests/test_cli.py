@@ -1,0 +1,44 @@
+"""The operator's ``hami`` command, run as a user would run it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HAMI = str(Path(sys.executable).parent / "hami")
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([HAMI, *args], capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def test_decode_shows_the_devices_of_each_container() -> None:
+    done = run("decode", "hami.io/vgpu-devices-allocated", "GPU-a,NVIDIA,3000,50:;")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == [[{"uuid": "GPU-a", "type": "NVIDIA", "usedmem": 3000, "usedcores": 50}], []]
+
+
+def test_decode_of_a_malformed_value_names_the_annotation_and_fails() -> None:
+    done = run("decode", "hami.io/node-nvidia-register", "GPU-1,10,7680,100,P4,0,true:")
+    assert done.returncode == 1
+    assert "hami.io/node-nvidia-register" in done.stderr
+
+
+def test_unknown_command_prints_usage() -> None:
+    done = run("frobnicate")
+    assert done.returncode == 2
+    assert "usage" in done.stderr
+
+
+@pytest.mark.timeout(90)
+def test_up_starts_nats_and_the_api_emulator_and_stops_cleanly(tmp_path: Path) -> None:
+    done = run("up", "--workdir", str(tmp_path), "--services", "", "--for", "1", timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "NATS:        nats://127.0.0.1:" in done.stdout
+    assert done.stdout.rstrip().endswith("stopped.")
+    kubeconfig = json.loads((tmp_path / "kubeconfig").read_text())
+    assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
