@@ -54,9 +54,7 @@ async def eventually(
         pause = _next_pause(pause)
 
 
-def eventually_sync(
-    predicate: Callable[[], T | None], timeout: float = DEFAULT_TIMEOUT, what: str = "condition"
-) -> T:
+def eventually_sync(predicate: Callable[[], T | None], timeout: float = DEFAULT_TIMEOUT, what: str = "condition") -> T:
     """The blocking twin of :func:`eventually`, for synchronous tests."""
     deadline = time.monotonic() + timeout
     pause = _FIRST_PAUSE

@@ -39,7 +39,10 @@ def core(api_client: Any) -> Any:
 @pytest.fixture
 def kube_settings(kubeconfig: Path) -> KubeSettings:
     return KubeSettings(
-        kubeconfig=str(kubeconfig), kube_timeout=5.0, kube_watch_seconds=30, kube_backoff_initial=0.02,
+        kubeconfig=str(kubeconfig),
+        kube_timeout=5.0,
+        kube_watch_seconds=30,
+        kube_backoff_initial=0.02,
         kube_backoff_max=0.2,
     )
 

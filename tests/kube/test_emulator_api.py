@@ -18,7 +18,7 @@ STRATEGIC = "application/strategic-merge-patch+json"
 
 
 def status_of(err: ApiException) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads(err.body)
+    body: dict[str, Any] = json.loads(err.body or "{}")
     return body
 
 
@@ -26,7 +26,8 @@ def test_every_write_gets_a_new_resource_version(core: Any) -> None:
     created = core.create_namespaced_pod("default", pod_body("p"))
     patched = core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}})
     assert int(patched.metadata.resource_version) > int(created.metadata.resource_version)
-    assert created.metadata.uid and created.status.phase == "Pending"
+    assert created.metadata.uid
+    assert created.status.phase == "Pending"
 
 
 def test_update_with_stale_resource_version_is_409_conflict_status(core: Any) -> None:
@@ -37,7 +38,9 @@ def test_update_with_stale_resource_version_is_409_conflict_status(core: Any) ->
         core.replace_namespaced_pod("p", "default", pod)
     status = status_of(err.value)
     assert err.value.status == 409
-    assert status["kind"] == "Status" and status["reason"] == "Conflict" and status["code"] == 409
+    assert status["kind"] == "Status"
+    assert status["reason"] == "Conflict"
+    assert status["code"] == 409
 
 
 def test_merge_patch_with_stale_resource_version_is_409(core: Any) -> None:
@@ -89,7 +92,8 @@ def test_status_subresource_changes_status_only(core: Any) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
     patch = {"status": {"phase": "Running"}, "metadata": {"labels": {"ignored": "yes"}}}
     pod = core.patch_namespaced_pod_status("p", "default", patch)
-    assert pod.status.phase == "Running" and not pod.metadata.labels
+    assert pod.status.phase == "Running"
+    assert not pod.metadata.labels
     main = core.patch_namespaced_pod("p", "default", {"status": {"phase": "Failed"}})
     assert main.status.phase == "Running"
 
@@ -137,7 +141,8 @@ def test_field_selectors_on_pods(core: Any, selector: str, expected: list[str]) 
 def test_unsupported_field_selector_is_400(core: Any) -> None:
     with pytest.raises(ApiException) as err:
         core.list_namespaced_pod("default", field_selector="spec.bogus=1")
-    assert err.value.status == 400 and status_of(err.value)["reason"] == "BadRequest"
+    assert err.value.status == 400
+    assert status_of(err.value)["reason"] == "BadRequest"
 
 
 def test_missing_object_is_404_not_found_status(core: Any) -> None:
@@ -151,14 +156,16 @@ def test_creating_an_existing_object_is_409_already_exists(core: Any) -> None:
     core.create_node(node_body("n1"))
     with pytest.raises(ApiException) as err:
         core.create_node(node_body("n1"))
-    assert err.value.status == 409 and status_of(err.value)["reason"] == "AlreadyExists"
+    assert err.value.status == 409
+    assert status_of(err.value)["reason"] == "AlreadyExists"
 
 
 def test_invalid_object_is_422_with_causes(core: Any) -> None:
     with pytest.raises(ApiException) as err:
         core.create_namespaced_pod("default", {"metadata": {"name": "Bad_Name"}, "spec": {"containers": []}})
     status = status_of(err.value)
-    assert err.value.status == 422 and status["reason"] == "Invalid"
+    assert err.value.status == 422
+    assert status["reason"] == "Invalid"
     assert {c["field"] for c in status["details"]["causes"]} == {"metadata.name", "spec.containers"}
 
 
@@ -181,20 +188,30 @@ def test_binding_answers_201_status_and_sets_node_annotations_and_condition(api_
     body = {"metadata": {"name": "p", "annotations": {"example.com/a": "1"}}, "target": {"kind": "Node", "name": "n1"}}
     resp = core.create_namespaced_pod_binding("p", "default", body, _preload_content=False)
     assert resp.status == 201
-    assert json.loads(resp.data) == {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}
+    assert json.loads(resp.data) == {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "code": 201,
+    }
     pod = core.read_namespaced_pod("p", "default")
-    assert pod.spec.node_name == "n1" and pod.metadata.annotations == {"example.com/a": "1"}
+    assert pod.spec.node_name == "n1"
+    assert pod.metadata.annotations == {"example.com/a": "1"}
     assert [(c.type, c.status) for c in pod.status.conditions] == [("PodScheduled", "True")]
 
 
 def test_binding_an_already_bound_pod_is_409_and_pod_stays(core: Any) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
-    core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "p"}, "target": {"name": "n1"}},
-                                       _preload_content=False)
+    core.create_namespaced_pod_binding(
+        "p", "default", {"metadata": {"name": "p"}, "target": {"name": "n1"}}, _preload_content=False
+    )
     with pytest.raises(ApiException) as err:
-        core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "p"}, "target": {"name": "n2"}},
-                                           _preload_content=False)
-    assert err.value.status == 409 and "already assigned" in status_of(err.value)["message"]
+        core.create_namespaced_pod_binding(
+            "p", "default", {"metadata": {"name": "p"}, "target": {"name": "n2"}}, _preload_content=False
+        )
+    assert err.value.status == 409
+    assert "already assigned" in status_of(err.value)["message"]
     assert core.read_namespaced_pod("p", "default").spec.node_name == "n1"
 
 
@@ -209,15 +226,18 @@ def test_binding_with_wrong_uid_is_409(core: Any) -> None:
 def test_binding_name_mismatch_is_400(core: Any) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
     with pytest.raises(ApiException) as err:
-        core.create_namespaced_pod_binding("p", "default", {"metadata": {"name": "q"}, "target": {"name": "n1"}},
-                                           _preload_content=False)
+        core.create_namespaced_pod_binding(
+            "p", "default", {"metadata": {"name": "q"}, "target": {"name": "n1"}}, _preload_content=False
+        )
     assert err.value.status == 400
 
 
 def test_delete_with_stale_precondition_is_409_and_object_stays(core: Any) -> None:
     node = core.create_node(node_body("n1"))
     core.patch_node("n1", {"metadata": {"labels": {"a": "b"}}})
-    options = client.V1DeleteOptions(preconditions=client.V1Preconditions(resource_version=node.metadata.resource_version))
+    options = client.V1DeleteOptions(
+        preconditions=client.V1Preconditions(resource_version=node.metadata.resource_version)
+    )
     with pytest.raises(ApiException) as err:
         core.delete_node("n1", body=options)
     assert err.value.status == 409
@@ -230,12 +250,17 @@ def test_namespaces_resourcequotas_events_and_leases_round_trip(api_client: Any,
     quota = {"metadata": {"name": "q"}, "spec": {"hard": {"limits.nvidia.com/gpumem": "4096"}}}
     core.create_namespaced_resource_quota("team", quota)
     assert core.read_namespaced_resource_quota("q", "team").spec.hard == {"limits.nvidia.com/gpumem": "4096"}
-    event = {"metadata": {"name": "e1"}, "involvedObject": {"kind": "Pod", "name": "p", "namespace": "team"},
-             "reason": "Tested", "message": "hello", "type": "Normal"}
+    event = {
+        "metadata": {"name": "e1"},
+        "involvedObject": {"kind": "Pod", "name": "p", "namespace": "team"},
+        "reason": "Tested",
+        "message": "hello",
+        "type": "Normal",
+    }
     core.create_namespaced_event("team", event)
     found = core.list_namespaced_event("team", field_selector="involvedObject.name=p").items
     assert [e.reason for e in found] == ["Tested"]
-    leases = client.CoordinationV1Api(api_client)
+    leases: Any = client.CoordinationV1Api(api_client)
     leases.create_namespaced_lease("team", {"metadata": {"name": "l"}, "spec": {"holderIdentity": "me"}})
     assert leases.read_namespaced_lease("l", "team").spec.holder_identity == "me"
     core.delete_namespace("team")

@@ -8,6 +8,7 @@ socket down, which ends the thread.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
@@ -91,13 +92,13 @@ def _pump(resp: Any, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes
 
 
 def _shutdown(resp: Any) -> None:
-    try:
-        shutdown = getattr(resp, "shutdown", None)
-        if shutdown is not None:
+    """Unblock the pump thread and give the connection back; a stream that already ended is left alone."""
+    shutdown = getattr(resp, "shutdown", None)  # urllib3 >= 2.3
+    if shutdown is not None and getattr(resp, "connection", None) is not None:
+        with contextlib.suppress(OSError, RuntimeError, ValueError):
             shutdown()
+    with contextlib.suppress(OSError):
         resp.release_conn()
-    except OSError:
-        pass
 
 
 @dataclass(frozen=True, slots=True)

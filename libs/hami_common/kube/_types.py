@@ -218,7 +218,7 @@ class EventSource(_Wire, frozen=True):
     host: str = ""
 
 
-class Event(_Wire, frozen=True):
+class Event(_Wire, frozen=True, omit_defaults=False):
     """A core/v1 Event, as ``kubectl describe`` shows it."""
 
     api_version: str = "v1"

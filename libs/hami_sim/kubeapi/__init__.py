@@ -12,6 +12,7 @@ from hami_sim.kubeapi._patch import (
     apply_strategic_merge_patch,
 )
 from hami_sim.kubeapi._resources import RESOURCES, ResourceType
+from hami_sim.kubeapi._resources import find as find_resource
 from hami_sim.kubeapi._selectors import SelectorError, parse_field_selector, parse_label_selector
 from hami_sim.kubeapi._server import KubeApiEmulator
 from hami_sim.kubeapi._store import Store
@@ -27,6 +28,7 @@ __all__ = [
     "apply_json_patch",
     "apply_merge_patch",
     "apply_strategic_merge_patch",
+    "find_resource",
     "parse_field_selector",
     "parse_label_selector",
 ]

@@ -175,9 +175,7 @@ class Api:
                 return json_response(self.store.get(target.rt, target.namespace, name))
             if method == "PUT":
                 body = await self._body(request)
-                return json_response(
-                    self.handlers.replace(target.rt, target.namespace, name, body, target.sub)
-                )
+                return json_response(self.handlers.replace(target.rt, target.namespace, name, body, target.sub))
             if method == "PATCH":
                 content_type = request.headers.get("content-type", "").split(";")[0].strip()
                 body = await self._body(request)
@@ -188,9 +186,7 @@ class Api:
                 raw = await request.body()
                 options = self._decode(raw) if raw.strip() else {}
                 return json_response(self.handlers.delete(target.rt, target.namespace, name, options))
-        raise ApiError(
-            405, "MethodNotAllowed", "the server does not allow this method on the requested resource"
-        )
+        raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
     @staticmethod
     def _decode(raw: bytes) -> Any:

@@ -74,9 +74,7 @@ def _openapi(parts: list[str]) -> JsonObj | None:
     """A minimal OpenAPI v3: enough for kubectl to see that PATCH takes ``fieldValidation``, so it leaves
     validation to the server instead of downloading full schemas. There is no OpenAPI v2."""
     if parts == ["v3"]:
-        paths = {
-            _gv_path(rt): {"serverRelativeURL": f"/openapi/v3/{_gv_path(rt)}?hash=0"} for rt in RESOURCES
-        }
+        paths = {_gv_path(rt): {"serverRelativeURL": f"/openapi/v3/{_gv_path(rt)}?hash=0"} for rt in RESOURCES}
         return {"paths": paths}
     if not parts or parts[0] != "v3":
         return None

@@ -114,11 +114,7 @@ class Handlers:
         elif metadata.get("name") != name:
             raise bad_request("name in URL does not match name in Binding object")
         target = binding.get("target")
-        if (
-            not isinstance(target, dict)
-            or target.get("kind", "") not in ("", "Node")
-            or not target.get("name")
-        ):
+        if not isinstance(target, dict) or target.get("kind", "") not in ("", "Node") or not target.get("name"):
             raise ApiError(
                 500,
                 "InternalError",

@@ -122,9 +122,7 @@ def prepare_create(rt: ResourceType, obj: JsonObj, namespace: str | None, now: s
     metadata = dict(result.get("metadata") or {})
     body_ns = metadata.get("namespace")
     if namespace is not None and body_ns and body_ns != namespace:
-        raise bad_request(
-            "the namespace of the provided object does not match the namespace sent on the request"
-        )
+        raise bad_request("the namespace of the provided object does not match the namespace sent on the request")
     if not metadata.get("name") and metadata.get("generateName"):
         metadata["name"] = generate_name(metadata["generateName"])
     for field in ("resourceVersion", "deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
@@ -165,9 +163,7 @@ def _comparable_pod_spec(spec: JsonObj) -> JsonObj:
     for field in ("containers", "initContainers"):
         items = result.get(field)
         if isinstance(items, list):
-            result[field] = [
-                {k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in items
-            ]
+            result[field] = [{k: v for k, v in c.items() if k != "image"} if isinstance(c, dict) else c for c in items]
     return result
 
 

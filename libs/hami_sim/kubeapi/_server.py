@@ -115,9 +115,7 @@ class KubeApiEmulator:
             "kind": "Config",
             "clusters": [{"name": CONTEXT, "cluster": {"server": self.url}}],
             "users": [{"name": CONTEXT, "user": {"token": CONTEXT}}],
-            "contexts": [
-                {"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}
-            ],
+            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}],
             "current-context": CONTEXT,
         }
 

@@ -124,12 +124,7 @@ class Store:
     ) -> Iterator[JsonObj]:
         key = _rt_key(rt)
         for (k, ns, _), obj in sorted(self._objects.items()):
-            if (
-                k == key
-                and (not namespace or ns == namespace)
-                and labels.matches(obj)
-                and fields.matches(obj)
-            ):
+            if k == key and (not namespace or ns == namespace) and labels.matches(obj) and fields.matches(obj):
                 yield obj
 
     # --- writes --------------------------------------------------------------------------------------------
@@ -185,9 +180,7 @@ class Store:
             desired = mutate(copy.deepcopy(current))
             return self._replace(rt, name, current, desired, subresource)
 
-    def bind(
-        self, rt: ResourceType, namespace: str | None, name: str, assign: Callable[[JsonObj], JsonObj]
-    ) -> JsonObj:
+    def bind(self, rt: ResourceType, namespace: str | None, name: str, assign: Callable[[JsonObj], JsonObj]) -> JsonObj:
         """The binding write: ``assign`` may change what no update may (``spec.nodeName``)."""
         with self._lock:
             current = self._objects.get((_rt_key(rt), namespace or "", name))
@@ -195,16 +188,13 @@ class Store:
                 raise not_found(rt, name)
             return self._commit(rt, "MODIFIED", current, assign(copy.deepcopy(current)))
 
-    def _replace(
-        self, rt: ResourceType, name: str, current: JsonObj, desired: JsonObj, subresource: str
-    ) -> JsonObj:
+    def _replace(self, rt: ResourceType, name: str, current: JsonObj, desired: JsonObj, subresource: str) -> JsonObj:
         metadata = desired.get("metadata") or {}
         if metadata.get("name", name) != name:
             raise ApiError(
                 400,
                 "BadRequest",
-                f"the name of the object ({metadata.get('name')}) does not match the name on the URL "
-                f"({name})",
+                f"the name of the object ({metadata.get('name')}) does not match the name on the URL ({name})",
             )
         wanted_rv = metadata.get("resourceVersion")
         if wanted_rv and wanted_rv != current["metadata"]["resourceVersion"]:

@@ -66,11 +66,7 @@ def _pod_cells(obj: JsonObj, now: float) -> list[Any]:
 def _node_cells(obj: JsonObj, now: float) -> list[Any]:
     status = obj.get("status") or {}
     ready = next(
-        (
-            c.get("status")
-            for c in status.get("conditions") or []
-            if isinstance(c, dict) and c.get("type") == "Ready"
-        ),
+        (c.get("status") for c in status.get("conditions") or [] if isinstance(c, dict) and c.get("type") == "Ready"),
         None,
     )
     state = "Ready" if ready == "True" else "NotReady" if ready == "False" else "Unknown"
@@ -123,9 +119,7 @@ def _partial(obj: JsonObj) -> JsonObj:
     }
 
 
-def to_table(
-    rt: ResourceType, items: list[JsonObj], rv: str, include_object: str, *, headers: bool = True
-) -> JsonObj:
+def to_table(rt: ResourceType, items: list[JsonObj], rv: str, include_object: str, *, headers: bool = True) -> JsonObj:
     columns, cells = _printer(rt)
     now = time.time()
     rows = []
