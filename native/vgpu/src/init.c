@@ -1,0 +1,107 @@
+/*
+ * The one init path. vgpu_ensure_init() (pthread_once) fills the table of real entry points and loads
+ * the limits; vgpu_ensure_attached() then joins the shared cache, once per process and again in a fork
+ * child. Both run lazily from the hooks, never from a constructor: HAMi installs the library through
+ * /etc/ld.so.preload, so it is loaded into every process of the container (shells, ls, ...), and only
+ * processes that actually call the driver should dlopen it or take a slot.
+ */
+#include <dlfcn.h>
+#include <pthread.h>
+#include <string.h>
+
+#include "vgpu.h"
+
+#define AS_NAME(n) #n,
+#define AS_FN(n) (void *)&n,
+const char *const vgpu_fn_name[VGPU_FN_COUNT] = {VGPU_CUDA_HOOKS(AS_NAME) VGPU_NVML_HOOKS(AS_NAME)
+                                                     VGPU_CUDA_CALLS(AS_NAME) VGPU_NVML_CALLS(AS_NAME)};
+void *const vgpu_hook_fn[VGPU_HOOK_COUNT] = {VGPU_CUDA_HOOKS(AS_FN) VGPU_NVML_HOOKS(AS_FN)};
+void *vgpu_real[VGPU_FN_COUNT];
+int vgpu_device_count;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
+atomic_int vgpu_attached;
+static atomic_bool exiting;
+
+static void before_fork(void) {
+    pthread_mutex_lock(&attach_mu);
+    vgpu_cache_before_fork();
+    vgpu_table_before_fork();
+}
+
+static void after_fork_parent(void) {
+    vgpu_table_after_fork(false);
+    vgpu_cache_after_fork_parent();
+    pthread_mutex_unlock(&attach_mu);
+}
+
+/* The child is a new process: it takes its own slot at its first driver call. */
+static void after_fork_child(void) {
+    vgpu_table_after_fork(true);
+    vgpu_cache_after_fork_child();
+    vgpu_throttle_forget_after_fork();
+    atomic_store(&vgpu_attached, 0);
+    pthread_mutex_unlock(&attach_mu);
+}
+
+static void load_reals(void) {
+    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NODELETE);
+    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NODELETE);
+    if (!cuda)
+        vgpu_log(VGPU_LOG_WARN, "libcuda.so.1 not found: %s", dlerror());
+    for (int i = 0; i < VGPU_FN_COUNT; i++) {
+        void *h = strncmp(vgpu_fn_name[i], "nvml", 4) == 0 ? nvml : cuda;
+        void *p = h ? vgpu_real_dlsym(h, vgpu_fn_name[i]) : NULL;
+        if (!p) /* e.g. the driver is already loaded under another name: whatever follows us */
+            p = vgpu_real_dlsym(RTLD_NEXT, vgpu_fn_name[i]);
+        vgpu_real[i] = (i < VGPU_HOOK_COUNT && p == vgpu_hook_fn[i]) ? NULL : p; /* never call ourselves */
+    }
+}
+
+static void do_init(void) {
+    vgpu_config_load(&vgpu_config);
+    load_reals();
+    pthread_atfork(before_fork, after_fork_parent, after_fork_child);
+}
+
+void vgpu_ensure_init(void) { pthread_once(&init_once, do_init); }
+
+void vgpu_refresh_device_count(void) {
+    int n = 0;
+    if (HAVE_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS && n > 0)
+        __atomic_store_n(&vgpu_device_count, n, __ATOMIC_RELEASE);
+}
+
+void vgpu_ensure_attached(void) {
+    if (VGPU_LIKELY(atomic_load_explicit(&vgpu_attached, memory_order_acquire)))
+        return;
+    vgpu_ensure_init();
+    if (atomic_load(&exiting))
+        return;
+    pthread_mutex_lock(&attach_mu);
+    if (!atomic_load(&vgpu_attached)) {
+        vgpu_cache_attach();
+        vgpu_memory_setup();
+        vgpu_refresh_device_count();
+        vgpu_throttle_start();
+        atomic_store_explicit(&vgpu_attached, 1, memory_order_release);
+    }
+    pthread_mutex_unlock(&attach_mu);
+}
+
+int vgpu_current_device(void) {
+    if (__atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED) == 1)
+        return 0; /* the common case costs no driver call */
+    CUdevice d;
+    if (HAVE_REAL(cuCtxGetDevice) && REAL(cuCtxGetDevice)(&d) == CUDA_SUCCESS)
+        return d;
+    return -1;
+}
+
+/* Exit: give the slot back so the container's usage drops at once. Later hook calls from threads still
+ * running pass through unaccounted instead of re-attaching. */
+__attribute__((destructor)) static void vgpu_fini(void) {
+    atomic_store(&exiting, true);
+    vgpu_cache_detach();
+}

@@ -1,0 +1,312 @@
+/*
+ * Creating, attaching to and locking the shared-cache file, and owning a process slot in it.
+ *
+ * Lock: an OFD write lock on the byte just past the struct. The kernel releases it when the holder's
+ * last descriptor goes away, including on kill -9, so there is no owner to detect and no timeout to
+ * tune. It is taken only to create the region, to claim or reclaim slots and on the allocation slow path
+ * (a limit is near); a process-local mutex serialises the threads of one process around it.
+ *
+ * Slots never move while their process lives (HAMi-core compacts by copying the last slot into the
+ * hole, which races with the owner's lock-free updates). A released slot is zeroed and then marked free
+ * (pid 0, status 0); proc_num shrinks only over free slots at the tail.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shared_cache.h"
+
+struct vgpu_region *vgpu_region;
+_Atomic(struct vgpu_slot *) vgpu_my_slot;
+
+static int cache_fd = -1;
+static bool file_backed;
+static pthread_mutex_t lock_mu = PTHREAD_MUTEX_INITIALIZER;
+static const int RECLAIM_PER_ATTACH = 4; /* keeps attach O(1) in dead-slot checks */
+
+void vgpu_cache_lock(void) {
+    pthread_mutex_lock(&lock_mu);
+    if (cache_fd < 0)
+        return;
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = VGPU_LOCK_OFFSET, .l_len = 1};
+    while (fcntl(cache_fd, F_OFD_SETLKW, &fl) == -1) {
+        if (errno != EINTR) { /* cannot happen on a regular file we opened O_RDWR; never hang or exit */
+            vgpu_log(VGPU_LOG_ERROR, "cannot lock the shared cache: %s", strerror(errno));
+            break;
+        }
+    }
+    VGPU_STORE(&vgpu_region->owner_pid, (uint64_t)getpid());
+}
+
+void vgpu_cache_unlock(void) {
+    if (cache_fd >= 0) {
+        VGPU_STORE(&vgpu_region->owner_pid, 0);
+        struct flock fl = {.l_type = F_UNLCK, .l_whence = SEEK_SET, .l_start = VGPU_LOCK_OFFSET, .l_len = 1};
+        (void)fcntl(cache_fd, F_OFD_SETLK, &fl);
+    }
+    pthread_mutex_unlock(&lock_mu);
+}
+
+/* Start time (field 22 of /proc/<pid>/stat) and state; 0 / '\0' when unreadable. */
+static uint64_t proc_start_time(pid_t pid, char *state) {
+    char path[64], buf[1024];
+    *state = '\0';
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return 0;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may contain spaces and parentheses */
+    if (!p || p[1] != ' ')
+        return 0;
+    *state = p[2];
+    p += 2;
+    for (int field = 3; field < 22 && p; field++) { /* p points at field 3 (state) */
+        p = strchr(p, ' ');
+        if (p)
+            p++;
+    }
+    return p ? strtoull(p, NULL, 10) : 0;
+}
+
+static bool slot_owner_alive(const struct vgpu_slot *s) {
+    pid_t pid = VGPU_LOAD(&s->pid);
+    if (kill(pid, 0) == -1 && errno == ESRCH)
+        return false;
+    char state;
+    uint64_t start = proc_start_time(pid, &state);
+    if (state == 'Z' || state == 'X' || state == 'x')
+        return false;
+    uint64_t recorded = VGPU_LOAD(&s->unused[0]);
+    return !(recorded && start && recorded != start); /* a recycled PID is a different process */
+}
+
+static void zero_slot_counters(struct vgpu_slot *s) {
+    for (int d = 0; d < VGPU_MAX_DEVICES; d++) {
+        struct vgpu_device_memory *m = &s->used[d];
+        VGPU_STORE(&m->context_size, 0);
+        VGPU_STORE(&m->module_size, 0);
+        VGPU_STORE(&m->data_size, 0);
+        VGPU_STORE(&m->offset, 0);
+        VGPU_STORE(&m->total, 0);
+        VGPU_STORE(&s->monitorused[d], 0);
+        VGPU_STORE(&s->device_util[d].sm_util, 0);
+    }
+}
+
+static void free_slot(struct vgpu_slot *s) {
+    zero_slot_counters(s);
+    VGPU_STORE(&s->hostpid, 0);
+    VGPU_STORE(&s->status, 0);
+    VGPU_STORE(&s->unused[0], 0);
+    VGPU_STORE(&s->pid, 0); /* last: a free slot must already read as empty */
+}
+
+/* Caller holds the lock. */
+static void shrink_tail(struct vgpu_region *r) {
+    int32_t n = VGPU_LOAD(&r->proc_num);
+    while (n > 0 && VGPU_LOAD(&r->procs[n - 1].pid) == 0)
+        n--;
+    VGPU_STORE(&r->proc_num, n);
+}
+
+/* Caller holds the lock. Checks at most `budget` occupied slots, starting at `first`. */
+static int reclaim_dead(struct vgpu_region *r, int first, int budget) {
+    int32_t n = VGPU_LOAD(&r->proc_num);
+    pid_t me = getpid();
+    int freed = 0;
+    for (int k = 0; k < n && budget > 0; k++) {
+        struct vgpu_slot *s = &r->procs[(first + k) % n];
+        pid_t pid = VGPU_LOAD(&s->pid);
+        if (pid == 0 || pid == me)
+            continue;
+        budget--;
+        if (!slot_owner_alive(s)) {
+            vgpu_log(VGPU_LOG_INFO, "reclaiming the slot of dead process %d", (int)pid);
+            free_slot(s);
+            freed++;
+        }
+    }
+    shrink_tail(r);
+    return freed;
+}
+
+int vgpu_cache_reclaim_dead_locked(void) { return reclaim_dead(vgpu_region, 0, VGPU_MAX_PROCS); }
+
+/* Caller holds the lock. A slot already carrying our PID is a leftover of an earlier process with the
+ * same PID (we have none yet), so it is reused. */
+static struct vgpu_slot *claim_slot(struct vgpu_region *r) {
+    pid_t me = getpid();
+    int32_t n = VGPU_LOAD(&r->proc_num);
+    if (n > 0)
+        reclaim_dead(r, (int)(me % n), RECLAIM_PER_ATTACH);
+    n = VGPU_LOAD(&r->proc_num);
+    int idx = -1;
+    for (int i = 0; i < n; i++) {
+        pid_t pid = VGPU_LOAD(&r->procs[i].pid);
+        if (pid == me) {
+            idx = i;
+            break;
+        }
+        if (pid == 0 && idx < 0)
+            idx = i;
+    }
+    if (idx < 0 && n >= VGPU_MAX_PROCS && reclaim_dead(r, 0, VGPU_MAX_PROCS) > 0)
+        return claim_slot(r);
+    if (idx < 0 && n >= VGPU_MAX_PROCS)
+        return NULL;
+    if (idx < 0)
+        idx = n;
+    struct vgpu_slot *s = &r->procs[idx];
+    zero_slot_counters(s);
+    char state;
+    VGPU_STORE(&s->unused[0], proc_start_time(me, &state));
+    VGPU_STORE(&s->hostpid, 0);
+    VGPU_STORE(&s->seqlock, 0);
+    VGPU_STORE(&s->status, 1);
+    VGPU_STORE(&s->pid, me);
+    if (idx >= n)
+        VGPU_STORE(&r->proc_num, idx + 1);
+    return s;
+}
+
+static void init_region(struct vgpu_region *r, bool dirty) {
+    if (dirty) /* a creator died half-way: start over; a fresh file is already all zeros */
+        memset(r, 0, sizeof *r);
+    r->major_version = VGPU_MAJOR;
+    r->minor_version = VGPU_MINOR;
+    for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
+        r->limit[i] = vgpu_config.mem_limit[i];
+        r->sm_limit[i] = vgpu_config.sm_limit[i];
+    }
+    /* Unused by libvgpu (see shared_cache.h) but initialised so HAMi-core tools find valid semaphores. */
+    sem_init(&r->sem, 1, 1);
+    sem_init(&r->sem_postinit, 1, 1);
+    r->utilization_switch = 1;
+    r->recent_kernel = 2;
+    r->priority = vgpu_config.priority;
+    r->proc_num = 0;
+    __atomic_store_n(&r->initialized_flag, VGPU_MAGIC, __ATOMIC_RELEASE); /* written last */
+}
+
+static struct vgpu_region *private_region(const char *why) {
+    vgpu_log(VGPU_LOG_ERROR, "shared cache %s unusable (%s); limits apply to this process alone",
+             vgpu_config.cache_path, why);
+    struct vgpu_region *r = calloc(1, sizeof *r);
+    if (r)
+        init_region(r, false);
+    return r;
+}
+
+/* Caller holds the lock. Returns NULL when the file cannot be used. */
+static struct vgpu_region *map_locked(int fd, const char **why) {
+    struct stat st;
+    const off_t want = (off_t)sizeof(struct vgpu_region) + 1;
+    if (fstat(fd, &st) != 0) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    if (st.st_size < want && ftruncate(fd, want) != 0) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    void *p = mmap(NULL, sizeof(struct vgpu_region), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+        *why = strerror(errno);
+        return NULL;
+    }
+    struct vgpu_region *r = p;
+    if (__atomic_load_n(&r->initialized_flag, __ATOMIC_ACQUIRE) != VGPU_MAGIC) {
+        init_region(r, st.st_size != 0);
+    } else if (r->major_version != VGPU_MAJOR || st.st_size < want) {
+        *why = "incompatible layout version";
+        munmap(p, sizeof(struct vgpu_region));
+        return NULL;
+    } else if (r->minor_version != VGPU_MINOR) {
+        vgpu_log(VGPU_LOG_INFO, "shared cache is version %u.%u; using it as %d.%d (same layout)",
+                 r->major_version, r->minor_version, VGPU_MAJOR, VGPU_MINOR);
+    }
+    return r;
+}
+
+static void attach_file(void) {
+    const char *why = NULL;
+    int fd = open(vgpu_config.cache_path, O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+    if (fd < 0) {
+        vgpu_region = private_region(strerror(errno));
+        return;
+    }
+    (void)fchmod(fd, 0666); /* the umask must not lock out the container's other users */
+    cache_fd = fd;
+    pthread_mutex_lock(&lock_mu);
+    struct flock fl = {.l_type = F_WRLCK, .l_whence = SEEK_SET, .l_start = VGPU_LOCK_OFFSET, .l_len = 1};
+    while (fcntl(fd, F_OFD_SETLKW, &fl) == -1 && errno == EINTR) {
+    }
+    struct vgpu_region *r = map_locked(fd, &why);
+    if (r) {
+        vgpu_region = r;
+        file_backed = true;
+        VGPU_STORE(&r->owner_pid, (uint64_t)getpid());
+        vgpu_cache_unlock();
+        return;
+    }
+    fl.l_type = F_UNLCK;
+    (void)fcntl(fd, F_OFD_SETLK, &fl);
+    close(fd);
+    cache_fd = -1;
+    pthread_mutex_unlock(&lock_mu);
+    vgpu_region = private_region(why);
+}
+
+void vgpu_cache_attach(void) {
+    if (!vgpu_region)
+        attach_file();
+    else if (file_backed && cache_fd < 0) /* a fork child: get our own open file description */
+        cache_fd = open(vgpu_config.cache_path, O_RDWR | O_CLOEXEC);
+    if (!vgpu_region) { /* out of memory even for the private copy: run unaccounted rather than crash */
+        vgpu_log(VGPU_LOG_ERROR, "no memory for the accounting region; limits are not enforced");
+        return;
+    }
+    vgpu_cache_lock();
+    struct vgpu_slot *s = claim_slot(vgpu_region);
+    vgpu_cache_unlock();
+    if (!s) {
+        vgpu_log(VGPU_LOG_ERROR, "all %d process slots of the shared cache are in use; running unaccounted",
+                 VGPU_MAX_PROCS);
+        return;
+    }
+    atomic_store_explicit(&vgpu_my_slot, s, memory_order_release);
+}
+
+/* At exit: lock-free on purpose, because another thread may hold the process mutex forever now. */
+void vgpu_cache_detach(void) {
+    struct vgpu_slot *s = atomic_exchange(&vgpu_my_slot, NULL);
+    if (s)
+        free_slot(s);
+}
+
+/* Fork: the prepare handler takes the process mutex so no thread of the parent is inside the lock when
+ * the child is created; the child then drops the parent's slot and its descriptor (whose open file
+ * description, and so whose lock, the parent shares). The mapping stays (MAP_SHARED is inherited); a
+ * fresh descriptor is opened at the child's attach. */
+void vgpu_cache_before_fork(void) { pthread_mutex_lock(&lock_mu); }
+void vgpu_cache_after_fork_parent(void) { pthread_mutex_unlock(&lock_mu); }
+void vgpu_cache_after_fork_child(void) {
+    atomic_store(&vgpu_my_slot, NULL);
+    if (cache_fd >= 0)
+        close(cache_fd);
+    cache_fd = -1;
+    pthread_mutex_unlock(&lock_mu);
+}

@@ -1,0 +1,348 @@
+/*
+ * SM limit: a sampler thread reads NVML per-process utilisation for the container's processes and
+ * steers a per-device token bucket of thread blocks that launches draw from.
+ *
+ * Each tick the controller scales this process's allowance by limit / measured-container-utilisation
+ * (at most x2 up, /2 down per tick), starting from a small allowance instead of "unlimited until the
+ * first sample" (HAMi-core lets the first ~120 ms through). Every process of the container does the same
+ * against the same container-wide sum, so together they converge on the limit. The gate is computed
+ * before the first launch, so there is no unthrottled start. Launches of every kind (plain, Ex,
+ * cooperative, _ptsz) draw from the bucket.
+ *
+ * Monitor feedback (HAMi's fields): recent_kernel < 0 blocks launches until it is cleared; launches make
+ * the sampler set recent_kernel = 2 (never over a -1) and last_kernel_time. utilization_switch = 0 turns
+ * throttling off under the default policy; FORCE ignores it, DISABLE turns throttling and blocking off.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "shared_cache.h"
+
+enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256, MAX_PROCS_LISTED = 256 };
+static const int64_t MIN_ALLOWANCE = 1;               /* blocks per tick: never starve completely */
+static const int64_t MAX_ALLOWANCE = INT64_MAX / 4;
+
+_Atomic unsigned vgpu_launch_gate = VGPU_GATE_UNREADY;
+
+struct bucket {
+    _Atomic int64_t tokens;     /* blocks that may still start this tick; may go negative (debt) */
+    _Atomic uint64_t launched;  /* blocks launched since the last tick */
+    _Atomic bool active;
+    int64_t allowance;          /* blocks per tick; sampler thread only */
+};
+
+static struct bucket buckets[VGPU_MAX_DEVICES];
+static atomic_bool launch_seen;
+static atomic_bool sampler_started;
+static bool nvml_ready;
+static int32_t host_pid; /* sampler thread only */
+static unsigned long long last_sample_us[VGPU_MAX_DEVICES];
+
+uint64_t vgpu_grid_blocks(unsigned x, unsigned y, unsigned z) {
+    uint64_t n = (uint64_t)x * y; /* fits: both are 32-bit */
+    if (__builtin_mul_overflow(n, (uint64_t)z, &n))
+        return UINT64_MAX;
+    return n;
+}
+
+static void sleep_ms(long ms) {
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
+static uint64_t sm_limit_of(int d) {
+    uint64_t mine = vgpu_config.sm_limit[d];
+    uint64_t file = vgpu_region ? VGPU_LOAD_RELAXED(&vgpu_region->sm_limit[d]) : 100;
+    if (file == 0 || file > 100)
+        file = 100;
+    return mine < file ? mine : file;
+}
+
+static bool throttling_wanted(int d) {
+    if (sm_limit_of(d) >= 100 || vgpu_config.policy == VGPU_POLICY_DISABLE)
+        return false;
+    if (vgpu_config.policy == VGPU_POLICY_FORCE)
+        return true;
+    return !vgpu_region || VGPU_LOAD_RELAXED(&vgpu_region->utilization_switch) != 0;
+}
+
+static bool blocked_by_monitor(void) {
+    return vgpu_config.policy != VGPU_POLICY_DISABLE && vgpu_region &&
+           VGPU_LOAD_RELAXED(&vgpu_region->recent_kernel) < 0;
+}
+
+static int devices(void) {
+    int n = __atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED);
+    return n <= 0 ? 1 : (n > VGPU_MAX_DEVICES ? VGPU_MAX_DEVICES : n);
+}
+
+/* Recompute the throttle/blocked bits; TICK is left as it is. */
+static void refresh_gate(void) {
+    unsigned bits = 0;
+    for (int d = 0; d < devices(); d++) {
+        bool on = throttling_wanted(d) && atomic_load(&sampler_started); /* no refills, no bucket */
+        atomic_store(&buckets[d].active, on);
+        if (on)
+            bits |= VGPU_GATE_THROTTLE;
+    }
+    if (blocked_by_monitor())
+        bits |= VGPU_GATE_BLOCKED;
+    unsigned old = atomic_load(&vgpu_launch_gate);
+    while (!atomic_compare_exchange_weak(&vgpu_launch_gate, &old,
+                                         (old & VGPU_GATE_TICK) | bits)) {
+    }
+}
+
+static void take_tokens(int d, uint64_t blocks) {
+    if (d < 0 || d >= VGPU_MAX_DEVICES)
+        return;
+    struct bucket *b = &buckets[d];
+    int64_t cost = blocks > (uint64_t)MAX_ALLOWANCE ? MAX_ALLOWANCE : (int64_t)blocks;
+    while (atomic_load(&b->active)) {
+        if (atomic_load(&b->tokens) > 0) { /* one launch may overdraw; the debt delays the next ones */
+            atomic_fetch_sub(&b->tokens, cost);
+            atomic_fetch_add(&b->launched, (uint64_t)cost);
+            return;
+        }
+        sleep_ms(2);
+    }
+}
+
+CUresult vgpu_launch_slow(uint64_t blocks) {
+    unsigned g = atomic_load(&vgpu_launch_gate);
+    if (g & VGPU_GATE_UNREADY) {
+        vgpu_ensure_attached();
+        g = atomic_load(&vgpu_launch_gate);
+    }
+    if (g & VGPU_GATE_TICK) {
+        atomic_store(&launch_seen, true);
+        atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_TICK);
+    }
+    if (g & VGPU_GATE_BLOCKED) {
+        while (blocked_by_monitor())
+            sleep_ms(10);
+    }
+    if (g & VGPU_GATE_THROTTLE)
+        take_tokens(vgpu_current_device(), blocks);
+    return CUDA_SUCCESS;
+}
+
+/* ---- the sampler thread ---- */
+
+static nvmlDevice_t nvml_device(int cuda_dev) {
+    nvmlDevice_t h = NULL;
+    int idx = vgpu_nvml_index(cuda_dev);
+    if (!nvml_ready || idx < 0 || !HAVE_REAL(nvmlDeviceGetHandleByIndex_v2) ||
+        REAL(nvmlDeviceGetHandleByIndex_v2)((unsigned)idx, &h) != NVML_SUCCESS)
+        return NULL;
+    return h;
+}
+
+/* Once: NVML, and the device UUIDs the monitor labels its metrics with (if nobody wrote them yet). */
+static void setup_nvml(void) {
+    nvml_ready = HAVE_REAL(nvmlInit_v2) && REAL(nvmlInit_v2)() == NVML_SUCCESS;
+    if (!nvml_ready || !vgpu_region || VGPU_LOAD(&vgpu_region->device_num) != 0)
+        return;
+    vgpu_cache_lock();
+    if (VGPU_LOAD(&vgpu_region->device_num) == 0) {
+        int n = devices();
+        for (int d = 0; d < n; d++) {
+            nvmlDevice_t h = nvml_device(d);
+            if (h && HAVE_REAL(nvmlDeviceGetUUID))
+                REAL(nvmlDeviceGetUUID)(h, vgpu_region->uuids[d], VGPU_UUID_LEN);
+        }
+        VGPU_STORE(&vgpu_region->device_num, (uint64_t)n);
+    }
+    vgpu_cache_unlock();
+}
+
+/* Our host PID is our PID when NVML lists it (no PID namespace, or the stub). In a PID namespace it
+ * stays unknown and the limiter falls back to device-wide utilisation, which over-throttles but
+ * never under-throttles. Also refreshes monitorused for the monitor. */
+static void find_host_pid(struct vgpu_slot *me) {
+    static nvmlProcessInfo_v1_t infos[MAX_PROCS_LISTED];
+    for (int d = 0; d < devices(); d++) {
+        nvmlDevice_t h = nvml_device(d);
+        unsigned count = MAX_PROCS_LISTED;
+        if (!h || !HAVE_REAL(nvmlDeviceGetComputeRunningProcesses) ||
+            REAL(nvmlDeviceGetComputeRunningProcesses)(h, &count, infos) != NVML_SUCCESS)
+            continue;
+        for (unsigned i = 0; i < count && i < MAX_PROCS_LISTED; i++) {
+            if (infos[i].pid == (unsigned)getpid())
+                host_pid = (int32_t)infos[i].pid;
+            if (host_pid && infos[i].pid == (unsigned)host_pid)
+                VGPU_STORE(&me->monitorused[d], infos[i].usedGpuMemory);
+        }
+    }
+    if (host_pid)
+        VGPU_STORE(&me->hostpid, host_pid);
+}
+
+static bool in_container(unsigned pid) {
+    int32_t n = VGPU_LOAD(&vgpu_region->proc_num);
+    for (int32_t i = 0; i < n; i++)
+        if (VGPU_LOAD_RELAXED(&vgpu_region->procs[i].pid) != 0 &&
+            (unsigned)VGPU_LOAD_RELAXED(&vgpu_region->procs[i].hostpid) == pid)
+            return true;
+    return false;
+}
+
+/* Container utilisation of device d in percent, or -1 when there is no fresh sample. */
+static int container_util(int d, struct vgpu_slot *me) {
+    static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
+    nvmlDevice_t h = nvml_device(d);
+    if (!h)
+        return -1;
+    if (!host_pid) {
+        nvmlUtilization_t u;
+        if (!HAVE_REAL(nvmlDeviceGetUtilizationRates) || REAL(nvmlDeviceGetUtilizationRates)(h, &u) != NVML_SUCCESS)
+            return -1;
+        return (int)(u.gpu > 100 ? 100 : u.gpu);
+    }
+    unsigned count = MAX_SAMPLES;
+    if (!HAVE_REAL(nvmlDeviceGetProcessUtilization) ||
+        REAL(nvmlDeviceGetProcessUtilization)(h, samples, &count, last_sample_us[d]) != NVML_SUCCESS)
+        return -1;
+    unsigned sum = 0;
+    bool any = false;
+    for (unsigned i = 0; i < count && i < MAX_SAMPLES; i++) {
+        if (samples[i].timeStamp > last_sample_us[d])
+            last_sample_us[d] = samples[i].timeStamp;
+        if (samples[i].pid == (unsigned)host_pid)
+            VGPU_STORE(&me->device_util[d].sm_util, (uint64_t)samples[i].smUtil);
+        if (in_container(samples[i].pid)) {
+            sum += samples[i].smUtil;
+            any = true;
+        }
+    }
+    return any ? (int)(sum > 100 ? 100 : sum) : 0;
+}
+
+/* New allowance from what we launched last tick and what the container achieved with it. */
+static int64_t steer(int64_t allowance, uint64_t launched, int util, uint64_t limit) {
+    if (util < 0)
+        return allowance; /* no fresh sample: hold */
+    int64_t next = allowance;
+    if ((uint64_t)util <= limit) {
+        if (launched > 0) { /* room left: grow towards launched * limit / util, at most x2 */
+            double target = util > 0 ? (double)launched * (double)limit / util : 2.0 * (double)allowance;
+            next = target > (double)allowance ? (int64_t)(target < 2.0 * (double)allowance ? target
+                                                                                       : 2.0 * (double)allowance)
+                                              : allowance;
+        }
+    } else {
+        double target = (double)launched * (double)limit / util;
+        next = target < (double)allowance / 2 ? allowance / 2 : (int64_t)target;
+        if (next > allowance)
+            next = allowance;
+    }
+    return next < MIN_ALLOWANCE ? MIN_ALLOWANCE : (next > MAX_ALLOWANCE ? MAX_ALLOWANCE : next);
+}
+
+static void refill(struct bucket *b, int64_t allowance) {
+    int64_t t = atomic_load(&b->tokens);
+    int64_t next;
+    do { /* debt carries over; unused tokens do not pile up beyond one tick's worth */
+        next = t + allowance;
+        if (next > allowance)
+            next = allowance;
+    } while (!atomic_compare_exchange_weak(&b->tokens, &t, next));
+}
+
+static void report_launches(void) {
+    if (!atomic_exchange(&launch_seen, false) || !vgpu_region)
+        return;
+    uint64_t now = (uint64_t)time(NULL);
+    uint64_t last = VGPU_LOAD(&vgpu_region->last_kernel_time);
+    while (last < now && !__atomic_compare_exchange_n(&vgpu_region->last_kernel_time, &last, now, false,
+                                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+    int32_t rk = VGPU_LOAD(&vgpu_region->recent_kernel);
+    while (rk >= 0 && rk != 2 && !__atomic_compare_exchange_n(&vgpu_region->recent_kernel, &rk, 2, false,
+                                                              __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
+
+static bool tick(void) {
+    struct vgpu_slot *me = atomic_load(&vgpu_my_slot);
+    if (!me)
+        return false;
+    if (!host_pid)
+        find_host_pid(me);
+    report_launches();
+    atomic_fetch_or(&vgpu_launch_gate, VGPU_GATE_TICK);
+    refresh_gate();
+    bool any = false;
+    for (int d = 0; d < devices(); d++) {
+        struct bucket *b = &buckets[d];
+        if (!atomic_load(&b->active))
+            continue;
+        any = true;
+        int util = container_util(d, me);
+        b->allowance = steer(b->allowance, atomic_exchange(&b->launched, 0), util, sm_limit_of(d));
+        refill(b, b->allowance);
+    }
+    return any;
+}
+
+static void *sampler_main(void *arg) {
+    (void)arg;
+    setup_nvml();
+    bool throttled = true;
+    for (;;) {
+        sleep_ms(throttled ? TICK_THROTTLED_MS : TICK_IDLE_MS);
+        throttled = tick();
+    }
+    return NULL;
+}
+
+static void init_buckets(void) {
+    for (int d = 0; d < devices(); d++) {
+        int sms = 0;
+        if (!HAVE_REAL(cuDeviceGetAttribute) ||
+            REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) != CUDA_SUCCESS || sms <= 0)
+            sms = 16;
+        buckets[d].allowance = (int64_t)sms * 8; /* a few waves per tick until the first sample */
+        atomic_store(&buckets[d].tokens, buckets[d].allowance);
+        atomic_store(&buckets[d].launched, 0);
+    }
+}
+
+static bool start_sampler(void) {
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old); /* the application's signals are not ours to receive */
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int err = pthread_create(&t, &attr, sampler_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err != 0)
+        vgpu_log(VGPU_LOG_ERROR, "cannot start the utilisation sampler: %s; SM limits are not enforced",
+                 strerror(err));
+    return err == 0;
+}
+
+/* Called once per process from the attach path, before any launch can pass the gate. */
+void vgpu_throttle_start(void) {
+    init_buckets();
+    if (!atomic_load(&sampler_started))
+        atomic_store(&sampler_started, start_sampler());
+    refresh_gate();
+    atomic_fetch_or(&vgpu_launch_gate, VGPU_GATE_TICK);
+    atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_UNREADY);
+}
+
+/* Fork child: the sampler thread did not survive; it is restarted at the child's attach. */
+void vgpu_throttle_forget_after_fork(void) {
+    atomic_store(&sampler_started, false);
+    host_pid = 0;
+    atomic_store(&vgpu_launch_gate, VGPU_GATE_UNREADY);
+}

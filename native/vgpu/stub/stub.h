@@ -1,0 +1,40 @@
+/*
+ * A scriptable fake CUDA driver + NVML for tests only (one .so, soname libcuda.so.1, also linked as
+ * libnvidia-ml.so.1 so both halves share state). Knobs, from the environment or from KEY=VALUE lines in
+ * the file named by VGPU_STUB_SCRIPT (the environment wins):
+ *   VGPU_STUB_MEMORY     physical memory per device (k/m/g suffix), default 16g
+ *   VGPU_STUB_DEVICES    device count, default 1
+ *   VGPU_STUB_SM_COUNT   multiprocessors per device, default 80
+ *   VGPU_STUB_CAPACITY   thread blocks per second the fake GPU runs at 100 %, default 1000000
+ *   VGPU_STUB_UTIL       "model" (default: utilisation follows launched blocks / capacity) or a trace
+ *                        "u0,u1,..." returned one value per utilisation query, the last one repeating
+ *   VGPU_STUB_PID_OFFSET NVML reports host PID = pid + offset (a PID namespace), default 0
+ *   VGPU_STUB_HIDE_PROCESS  1: NVML never lists this process
+ *   VGPU_STUB_FAIL       "fnName=code,..." : those functions return that error code
+ */
+#ifndef VGPU_STUB_H
+#define VGPU_STUB_H
+
+#include <stdint.h>
+
+#include "vgpu_cuda.h"
+#include "vgpu_nvml.h"
+
+struct stub_config {
+    uint64_t memory;
+    int devices;
+    int sm_count;
+    double capacity;
+    int util_trace[64];
+    int util_trace_len; /* 0 = model */
+    int pid_offset;
+    int hide_process;
+};
+
+const struct stub_config *stub_config(void);
+int stub_injected_error(const char *fn); /* 0 = none */
+int stub_initialized(void);
+uint64_t stub_used_bytes(int dev);
+unsigned stub_util_percent(int dev); /* consumes one trace step / one model window */
+
+#endif

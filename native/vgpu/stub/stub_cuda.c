@@ -1,0 +1,497 @@
+/* The CUDA half of the test stub (see stub.h). */
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stub.h"
+
+#define EXPORT __attribute__((visibility("default")))
+#define FAIL_IF_INJECTED(fn)                         \
+    do {                                             \
+        int e_ = stub_injected_error(fn);            \
+        if (e_)                                      \
+            return (CUresult)e_;                     \
+    } while (0)
+#define NEED_INIT()                                  \
+    do {                                             \
+        if (!stub_initialized())                     \
+            return CUDA_ERROR_NOT_INITIALIZED;       \
+    } while (0)
+
+enum { MAX_DEV = 16, MAX_CFG_LINE = 256 };
+
+static struct stub_config cfg;
+static char fail_spec[1024];
+static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
+static int initialized;
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t used[MAX_DEV];
+static uint64_t next_addr[MAX_DEV];
+static uint64_t blocks_total[MAX_DEV], blocks_at_query[MAX_DEV];
+static double time_at_query[MAX_DEV];
+static int trace_pos;
+static __thread int current_dev = -1;
+
+struct alloc {
+    uint64_t key, bytes;
+    int dev;
+};
+static struct alloc *allocs;
+static size_t n_allocs, cap_allocs;
+
+static const char *knob(const char *key, char *buf, size_t len) {
+    const char *v = getenv(key);
+    if (v)
+        return v;
+    const char *path = getenv("VGPU_STUB_SCRIPT");
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (!f)
+        return NULL;
+    char line[MAX_CFG_LINE];
+    const char *found = NULL;
+    size_t klen = strlen(key);
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\r\n")] = '\0';
+        if (strncmp(line, key, klen) == 0 && line[klen] == '=') {
+            snprintf(buf, len, "%s", line + klen + 1);
+            found = buf;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+static uint64_t parse_size(const char *v, uint64_t dflt) {
+    if (!v)
+        return dflt;
+    char *end;
+    uint64_t n = strtoull(v, &end, 10);
+    switch (*end) {
+    case 'k': case 'K': return n << 10;
+    case 'm': case 'M': return n << 20;
+    case 'g': case 'G': return n << 30;
+    default: return n;
+    }
+}
+
+static void load_config(void) {
+    char buf[MAX_CFG_LINE];
+    cfg.memory = parse_size(knob("VGPU_STUB_MEMORY", buf, sizeof buf), 16ULL << 30);
+    const char *v = knob("VGPU_STUB_DEVICES", buf, sizeof buf);
+    cfg.devices = v ? atoi(v) : 1;
+    if (cfg.devices < 1 || cfg.devices > MAX_DEV)
+        cfg.devices = 1;
+    v = knob("VGPU_STUB_SM_COUNT", buf, sizeof buf);
+    cfg.sm_count = v ? atoi(v) : 80;
+    v = knob("VGPU_STUB_CAPACITY", buf, sizeof buf);
+    cfg.capacity = v ? atof(v) : 1e6;
+    v = knob("VGPU_STUB_PID_OFFSET", buf, sizeof buf);
+    cfg.pid_offset = v ? atoi(v) : 0;
+    v = knob("VGPU_STUB_HIDE_PROCESS", buf, sizeof buf);
+    cfg.hide_process = v ? atoi(v) : 0;
+    v = knob("VGPU_STUB_UTIL", buf, sizeof buf);
+    if (v && strcmp(v, "model") != 0) {
+        for (const char *p = v; *p && cfg.util_trace_len < 64;) {
+            char *end;
+            cfg.util_trace[cfg.util_trace_len++] = (int)strtol(p, &end, 10);
+            p = *end == ',' ? end + 1 : end + strlen(end);
+        }
+    }
+    v = knob("VGPU_STUB_FAIL", buf, sizeof buf);
+    snprintf(fail_spec, sizeof fail_spec, "%s", v ? v : "");
+    for (int d = 0; d < MAX_DEV; d++)
+        next_addr[d] = 0x7f0000000000ULL + ((uint64_t)d << 36);
+}
+
+const struct stub_config *stub_config(void) {
+    pthread_once(&cfg_once, load_config);
+    return &cfg;
+}
+
+int stub_injected_error(const char *fn) {
+    stub_config();
+    size_t len = strlen(fn);
+    for (const char *p = fail_spec; (p = strstr(p, fn)) != NULL; p += len) {
+        bool starts = p == fail_spec || p[-1] == ',';
+        if (starts && p[len] == '=')
+            return atoi(p + len + 1);
+    }
+    return 0;
+}
+
+int stub_initialized(void) { return __atomic_load_n(&initialized, __ATOMIC_ACQUIRE); }
+
+uint64_t stub_used_bytes(int dev) {
+    pthread_mutex_lock(&mu);
+    uint64_t u = (dev >= 0 && dev < MAX_DEV) ? used[dev] : 0;
+    pthread_mutex_unlock(&mu);
+    return u;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+unsigned stub_util_percent(int dev) {
+    const struct stub_config *c = stub_config();
+    pthread_mutex_lock(&mu);
+    unsigned u;
+    if (c->util_trace_len > 0) {
+        int i = trace_pos < c->util_trace_len ? trace_pos++ : c->util_trace_len - 1;
+        u = (unsigned)c->util_trace[i];
+    } else {
+        double t = now_s(), dt = t - time_at_query[dev];
+        uint64_t blocks = __atomic_load_n(&blocks_total[dev], __ATOMIC_RELAXED);
+        double pct = dt > 0 ? 100.0 * (double)(blocks - blocks_at_query[dev]) / (c->capacity * dt) : 0;
+        u = pct > 100 ? 100 : (unsigned)pct;
+        blocks_at_query[dev] = blocks;
+        time_at_query[dev] = t;
+    }
+    pthread_mutex_unlock(&mu);
+    return u;
+}
+
+/* ---- device memory ---- */
+
+static CUresult stub_alloc(uint64_t *key_out, uint64_t bytes, int dev) {
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_lock(&mu);
+    CUresult rc = CUDA_SUCCESS;
+    if (bytes > cfg.memory - used[dev]) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else if (n_allocs == cap_allocs && !(allocs = realloc(allocs, (cap_allocs = cap_allocs ? cap_allocs * 2 : 64) * sizeof *allocs))) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+    } else {
+        uint64_t key = next_addr[dev];
+        next_addr[dev] += (bytes + 511) / 512 * 512 + 512;
+        allocs[n_allocs++] = (struct alloc){key, bytes, dev};
+        used[dev] += bytes;
+        *key_out = key;
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static CUresult stub_free(uint64_t key) {
+    pthread_mutex_lock(&mu);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = n_allocs; i-- > 0;) {
+        if (allocs[i].key == key) {
+            used[allocs[i].dev] -= allocs[i].bytes;
+            allocs[i] = allocs[--n_allocs];
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static CUresult stub_alloc_ptr(unsigned long long *out, uint64_t bytes, int dev) {
+    uint64_t key = 0;
+    CUresult rc = stub_alloc(&key, bytes, dev);
+    *out = key;
+    return rc;
+}
+
+static int cur_dev(void) { return current_dev >= 0 ? current_dev : -1; }
+
+/* ---- exported driver API ---- */
+
+EXPORT CUresult cuInit(unsigned int flags) {
+    (void)flags;
+    stub_config();
+    FAIL_IF_INJECTED("cuInit");
+    if (!stub_initialized()) {
+        double t = now_s();
+        for (int d = 0; d < MAX_DEV; d++)
+            time_at_query[d] = t;
+    }
+    __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDriverGetVersion(int *v) {
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGet(CUdevice *d, int ordinal) {
+    NEED_INIT();
+    if (ordinal < 0 || ordinal >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetCount(int *n) {
+    NEED_INIT();
+    *n = cfg.devices;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attr, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = attr == CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT ? cfg.sm_count : 1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = (size_t)cfg.memory;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *ctx = (CUcontext)(uintptr_t)(0x1000 + dev);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
+    (void)dev;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    *ctx = current_dev >= 0 ? (CUcontext)(uintptr_t)(0x1000 + current_dev) : NULL;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
+    current_dev = ctx ? (int)((uintptr_t)ctx - 0x1000) : -1;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuCtxGetDevice(CUdevice *d) {
+    if (current_dev < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = current_dev;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
+    NEED_INIT();
+    FAIL_IF_INJECTED("cuMemGetInfo_v2");
+    int d = cur_dev();
+    if (d < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *total = (size_t)cfg.memory;
+    *free = (size_t)(cfg.memory - stub_used_bytes(d));
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytes) {
+    NEED_INIT();
+    FAIL_IF_INJECTED("cuMemAlloc_v2");
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stub_alloc_ptr(dptr, bytes, cur_dev());
+}
+
+EXPORT CUresult cuMemFree_v2(CUdeviceptr dptr) {
+    NEED_INIT();
+    return dptr ? stub_free(dptr) : CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t w, size_t h, unsigned elem) {
+    NEED_INIT();
+    (void)elem;
+    if (!dptr || !pitch || w == 0 || h == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pitch = (w + 511) / 512 * 512;
+    return stub_alloc_ptr(dptr, (uint64_t)*pitch * h, cur_dev());
+}
+
+EXPORT CUresult cuMemAllocManaged(CUdeviceptr *dptr, size_t bytes, unsigned flags) {
+    NEED_INIT();
+    (void)flags;
+    if (!dptr || bytes == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stub_alloc_ptr(dptr, bytes, cur_dev());
+}
+
+#define ASYNC_ALLOC_BODY                              \
+    NEED_INIT();                                      \
+    (void)s;                                          \
+    if (!dptr || bytes == 0)                          \
+        return CUDA_ERROR_INVALID_VALUE;              \
+    return stub_alloc_ptr(dptr, bytes, cur_dev())
+
+EXPORT CUresult cuMemAllocAsync(CUdeviceptr *dptr, size_t bytes, CUstream s) { ASYNC_ALLOC_BODY; }
+EXPORT CUresult cuMemAllocAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUstream s) { ASYNC_ALLOC_BODY; }
+EXPORT CUresult cuMemAllocFromPoolAsync(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p, CUstream s) {
+    (void)p;
+    ASYNC_ALLOC_BODY;
+}
+EXPORT CUresult cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *dptr, size_t bytes, CUmemoryPool p, CUstream s) {
+    (void)p;
+    ASYNC_ALLOC_BODY;
+}
+EXPORT CUresult cuMemFreeAsync(CUdeviceptr dptr, CUstream s) {
+    (void)s;
+    return stub_free(dptr);
+}
+EXPORT CUresult cuMemFreeAsync_ptsz(CUdeviceptr dptr, CUstream s) {
+    (void)s;
+    return stub_free(dptr);
+}
+
+EXPORT CUresult cuMemCreate(CUmemGenericAllocationHandle *h, size_t size, const CUmemAllocationProp *prop,
+                            unsigned long long flags) {
+    NEED_INIT();
+    (void)flags;
+    if (!h || !prop || size == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return stub_alloc_ptr(h, size, prop->location.id);
+}
+EXPORT CUresult cuMemRelease(CUmemGenericAllocationHandle h) { return stub_free(h); }
+
+static CUresult array_alloc(void **out, uint64_t bytes) {
+    uint64_t key;
+    CUresult rc = stub_alloc(&key, bytes, cur_dev());
+    if (rc == CUDA_SUCCESS)
+        *out = (void *)(uintptr_t)key;
+    return rc;
+}
+EXPORT CUresult cuArrayCreate_v2(CUarray *a, const CUDA_ARRAY_DESCRIPTOR *d) {
+    NEED_INIT();
+    return array_alloc((void **)a, (uint64_t)d->Width * (d->Height ? d->Height : 1) * d->NumChannels);
+}
+EXPORT CUresult cuArray3DCreate_v2(CUarray *a, const CUDA_ARRAY3D_DESCRIPTOR *d) {
+    NEED_INIT();
+    return array_alloc((void **)a, (uint64_t)d->Width * (d->Height ? d->Height : 1) * (d->Depth ? d->Depth : 1) *
+                                       d->NumChannels);
+}
+EXPORT CUresult cuArrayDestroy(CUarray a) { return stub_free((uint64_t)(uintptr_t)a); }
+EXPORT CUresult cuMipmappedArrayCreate(CUmipmappedArray *a, const CUDA_ARRAY3D_DESCRIPTOR *d, unsigned levels) {
+    NEED_INIT();
+    (void)levels;
+    return array_alloc((void **)a, (uint64_t)d->Width * (d->Height ? d->Height : 1) * d->NumChannels * 2);
+}
+EXPORT CUresult cuMipmappedArrayDestroy(CUmipmappedArray a) { return stub_free((uint64_t)(uintptr_t)a); }
+
+static CUresult launch(unsigned gx, unsigned gy, unsigned gz) {
+    NEED_INIT();
+    FAIL_IF_INJECTED("cuLaunchKernel");
+    int d = cur_dev();
+    if (d < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    __atomic_fetch_add(&blocks_total[d], (uint64_t)gx * gy * gz, __ATOMIC_RELAXED);
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                               unsigned bz, unsigned sh, CUstream s, void **p, void **e) {
+    (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p, (void)e;
+    return launch(gx, gy, gz);
+}
+EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
+                                    unsigned bz, unsigned sh, CUstream s, void **p, void **e) {
+    (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p, (void)e;
+    return launch(gx, gy, gz);
+}
+EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
+    (void)f, (void)p, (void)e;
+    return c ? launch(c->gridDimX, c->gridDimY, c->gridDimZ) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *c, CUfunction f, void **p, void **e) {
+    (void)f, (void)p, (void)e;
+    return c ? launch(c->gridDimX, c->gridDimY, c->gridDimZ) : CUDA_ERROR_INVALID_VALUE;
+}
+EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                          unsigned by, unsigned bz, unsigned sh, CUstream s, void **p) {
+    (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
+    return launch(gx, gy, gz);
+}
+EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx,
+                                               unsigned by, unsigned bz, unsigned sh, CUstream s, void **p) {
+    (void)f, (void)bx, (void)by, (void)bz, (void)sh, (void)s, (void)p;
+    return launch(gx, gy, gz);
+}
+
+/* Names from other CUDA libraries, so tests can check the interposer leaves them alone. */
+EXPORT int cudnnCreate(void **handle) {
+    *handle = NULL;
+    return 0;
+}
+EXPORT int cudaMalloc(void **p, size_t n) {
+    (void)n;
+    *p = NULL;
+    return 0;
+}
+
+/* ---- cuGetProcAddress: the driver's own functions by base name and version ---- */
+#define STUB_TABLE(X)                                                                                  \
+    X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)        \
+    X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                 \
+    X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuGetProcAddress) X(cuGetProcAddress_v2) \
+    X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)     \
+    X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                              \
+    X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemCreate)            \
+    X(cuMemRelease) X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy)                        \
+    X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) X(cuLaunchKernel) X(cuLaunchKernel_ptsz)      \
+    X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                          \
+    X(cuLaunchCooperativeKernel_ptsz)
+
+#define STUB_ENTRY(n) {#n, (void *)&n},
+static const struct {
+    const char *name;
+    void *fn;
+} TABLE[] = {STUB_TABLE(STUB_ENTRY)};
+
+static void *by_name(const char *name) {
+    for (size_t i = 0; i < sizeof TABLE / sizeof TABLE[0]; i++)
+        if (strcmp(TABLE[i].name, name) == 0)
+            return TABLE[i].fn;
+    return NULL;
+}
+
+static CUresult proc_address(const char *symbol, void **pfn, int version, cuuint64_t flags, int *status) {
+    char name[128];
+    void *p = NULL;
+    *status = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    if (!symbol || !pfn)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) {
+        snprintf(name, sizeof name, "%s_ptsz", symbol);
+        p = by_name(name);
+    }
+    if (!p && version >= (strcmp(symbol, "cuGetProcAddress") == 0 ? 12000 : 3020)) {
+        snprintf(name, sizeof name, "%s_v2", symbol);
+        p = by_name(name);
+    }
+    if (!p)
+        p = by_name(symbol);
+    *pfn = p;
+    if (!p)
+        return CUDA_ERROR_NOT_FOUND;
+    *status = CU_GET_PROC_ADDRESS_SUCCESS;
+    return CUDA_SUCCESS;
+}
+
+EXPORT CUresult cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags) {
+    int status;
+    return proc_address(symbol, pfn, version, flags, &status);
+}
+
+EXPORT CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                    CUdriverProcAddressQueryResult *status) {
+    int s;
+    CUresult rc = proc_address(symbol, pfn, version, flags, &s);
+    if (status)
+        *status = s;
+    return rc;
+}

@@ -1,0 +1,72 @@
+/*
+ * Micro-benchmark for benchmarks/vgpu_overhead.py: run with and without LD_PRELOAD=libvgpu.so over the
+ * stub driver. Modes:
+ *   alloc <n>   ns per cuMemAlloc_v2 + cuMemFree_v2 pair (median of 5 rounds of n)
+ *   launch <n>  ns per cuLaunchKernel (median of 5 rounds of n)
+ *   init        ms from cuInit to the first successful cuMemAlloc_v2, measured in this process
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "vgpu_cuda.h"
+
+static double now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e9 + (double)ts.tv_nsec;
+}
+
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static void setup(void) {
+    CUcontext ctx;
+    if (cuInit(0) || cuDevicePrimaryCtxRetain(&ctx, 0) || cuCtxSetCurrent(ctx)) {
+        fprintf(stderr, "driver init failed\n");
+        exit(1);
+    }
+}
+
+static double round_alloc(long n) {
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        CUdeviceptr p;
+        if (cuMemAlloc_v2(&p, 4096) || cuMemFree_v2(p))
+            exit(1);
+    }
+    return (now_ns() - t0) / (double)n;
+}
+
+static double round_launch(long n) {
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++)
+        if (cuLaunchKernel(NULL, 1, 1, 1, 32, 1, 1, 0, NULL, NULL, NULL))
+            exit(1);
+    return (now_ns() - t0) / (double)n;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && strcmp(argv[1], "init") == 0) {
+        double t0 = now_ns();
+        setup();
+        CUdeviceptr p;
+        if (cuMemAlloc_v2(&p, 1 << 20))
+            return 1;
+        printf("%.4f\n", (now_ns() - t0) / 1e6);
+        return 0;
+    }
+    if (argc < 3)
+        return 2;
+    long n = atol(argv[2]);
+    setup();
+    double r[5];
+    for (int k = 0; k < 5; k++)
+        r[k] = strcmp(argv[1], "alloc") == 0 ? round_alloc(n) : round_launch(n);
+    qsort(r, 5, sizeof r[0], cmp);
+    printf("%.2f\n", r[2]);
+    return 0;
+}

@@ -1,0 +1,363 @@
+/*
+ * A scriptable CUDA/NVML client for the pytest suite: each argument is one command, each command prints
+ * one line of key=value pairs. Driver functions are reached through the path chosen by --via:
+ *   direct   - linked symbols (what LD_PRELOAD interposes)
+ *   dlsym    - dlsym(dlopen("libcuda.so.1"), "<versioned name>")
+ *   procaddr - cuGetProcAddress_v2("<base name>", ..., --cuda-version, --ptsz)
+ */
+#include <dlfcn.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "vgpu_cuda.h"
+#include "vgpu_nvml.h"
+
+enum via { VIA_DIRECT, VIA_DLSYM, VIA_PROCADDR };
+static enum via via = VIA_DIRECT;
+static int cuda_version = 12000;
+static cuuint64_t proc_flags = 0;
+static void *libcuda;
+
+struct fns {
+    __typeof__(&cuMemAlloc_v2) alloc;
+    __typeof__(&cuMemFree_v2) free;
+    __typeof__(&cuMemAllocPitch_v2) pitch;
+    __typeof__(&cuMemAllocManaged) managed;
+    __typeof__(&cuMemAllocAsync) alloc_async;
+    __typeof__(&cuMemAllocFromPoolAsync) alloc_pool;
+    __typeof__(&cuMemFreeAsync) free_async;
+    __typeof__(&cuMemCreate) create;
+    __typeof__(&cuMemRelease) release;
+    __typeof__(&cuArrayCreate_v2) array;
+    __typeof__(&cuArray3DCreate_v2) array3d;
+    __typeof__(&cuArrayDestroy) array_destroy;
+    __typeof__(&cuMipmappedArrayCreate) mipmap;
+    __typeof__(&cuMipmappedArrayDestroy) mipmap_destroy;
+    __typeof__(&cuMemGetInfo_v2) meminfo;
+    __typeof__(&cuDeviceTotalMem_v2) totalmem;
+    __typeof__(&cuLaunchKernel) launch;
+    __typeof__(&cuLaunchKernelEx) launch_ex;
+    __typeof__(&cuLaunchCooperativeKernel) launch_coop;
+    __typeof__(&nvmlDeviceGetMemoryInfo) nvml_mem;
+    __typeof__(&nvmlDeviceGetMemoryInfo_v2) nvml_mem2;
+};
+static struct fns fn;
+
+static void *resolve(const char *versioned, const char *base, void *direct) {
+    if (via == VIA_DIRECT)
+        return direct;
+    if (via == VIA_DLSYM || strncmp(versioned, "nvml", 4) == 0)
+        return dlsym(libcuda, versioned);
+    void *p = NULL;
+    CUdriverProcAddressQueryResult st;
+    if (cuGetProcAddress_v2(base, &p, cuda_version, proc_flags, &st) != CUDA_SUCCESS)
+        return NULL;
+    return p;
+}
+
+#define R(field, versioned, base) fn.field = (__typeof__(fn.field))resolve(#versioned, base, (void *)&versioned)
+static void resolve_all(void) {
+    libcuda = dlopen("libcuda.so.1", RTLD_NOW);
+    R(alloc, cuMemAlloc_v2, "cuMemAlloc");
+    R(free, cuMemFree_v2, "cuMemFree");
+    R(pitch, cuMemAllocPitch_v2, "cuMemAllocPitch");
+    R(managed, cuMemAllocManaged, "cuMemAllocManaged");
+    R(alloc_async, cuMemAllocAsync, "cuMemAllocAsync");
+    R(alloc_pool, cuMemAllocFromPoolAsync, "cuMemAllocFromPoolAsync");
+    R(free_async, cuMemFreeAsync, "cuMemFreeAsync");
+    R(create, cuMemCreate, "cuMemCreate");
+    R(release, cuMemRelease, "cuMemRelease");
+    R(array, cuArrayCreate_v2, "cuArrayCreate");
+    R(array3d, cuArray3DCreate_v2, "cuArray3DCreate");
+    R(array_destroy, cuArrayDestroy, "cuArrayDestroy");
+    R(mipmap, cuMipmappedArrayCreate, "cuMipmappedArrayCreate");
+    R(mipmap_destroy, cuMipmappedArrayDestroy, "cuMipmappedArrayDestroy");
+    R(meminfo, cuMemGetInfo_v2, "cuMemGetInfo");
+    R(totalmem, cuDeviceTotalMem_v2, "cuDeviceTotalMem");
+    R(launch, cuLaunchKernel, "cuLaunchKernel");
+    R(launch_ex, cuLaunchKernelEx, "cuLaunchKernelEx");
+    R(launch_coop, cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    R(nvml_mem, nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo");
+    R(nvml_mem2, nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2");
+}
+
+enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
+struct held {
+    enum kind kind;
+    uint64_t key;
+};
+static struct held stack[4096];
+static int depth;
+
+static uint64_t size_arg(const char *s) {
+    char *end;
+    uint64_t n = strtoull(s, &end, 10);
+    switch (*end) {
+    case 'k': return n << 10;
+    case 'm': return n << 20;
+    case 'g': return n << 30;
+    default: return n;
+    }
+}
+
+static void push(enum kind k, uint64_t key) {
+    if (depth < 4096)
+        stack[depth++] = (struct held){k, key};
+}
+
+static CUresult free_top(void) {
+    if (depth == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    struct held h = stack[--depth];
+    switch (h.kind) {
+    case K_PTR: return fn.free(h.key);
+    case K_ASYNC: return fn.free_async(h.key, NULL);
+    case K_VMM: return fn.release(h.key);
+    case K_ARRAY: return fn.array_destroy((CUarray)(uintptr_t)h.key);
+    default: return fn.mipmap_destroy((CUmipmappedArray)(uintptr_t)h.key);
+    }
+}
+
+static const char *object_of(void *p, const char **sym) {
+    Dl_info info;
+    *sym = "?";
+    if (!p || !dladdr(p, &info) || !info.dli_fname)
+        return "none";
+    if (info.dli_sname)
+        *sym = info.dli_sname;
+    const char *slash = strrchr(info.dli_fname, '/');
+    return slash ? slash + 1 : info.dli_fname;
+}
+
+static void set_device(int dev) {
+    CUcontext ctx;
+    CUresult rc = cuDevicePrimaryCtxRetain(&ctx, dev);
+    if (rc == CUDA_SUCCESS)
+        rc = cuCtxSetCurrent(ctx);
+    printf("device rc=%d dev=%d\n", rc, dev);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static CUresult launch_kind(const char *kind, unsigned grid) {
+    if (strcmp(kind, "ex") == 0) {
+        CUlaunchConfig c = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                            .blockDimZ = 1};
+        return fn.launch_ex(&c, NULL, NULL, NULL);
+    }
+    if (strcmp(kind, "coop") == 0)
+        return fn.launch_coop(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL);
+    return fn.launch(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+}
+
+static void nvml_mem(int v2) {
+    nvmlDevice_t h;
+    nvmlReturn_t rc = nvmlInit_v2();
+    if (rc == NVML_SUCCESS)
+        rc = nvmlDeviceGetHandleByIndex_v2(0, &h);
+    unsigned long long total = 0, used = 0, free = 0;
+    if (rc == NVML_SUCCESS && v2) {
+        nvmlMemory_v2_t m = {.version = (unsigned)sizeof(nvmlMemory_v2_t) | (2u << 24)};
+        rc = fn.nvml_mem2(h, &m);
+        total = m.total, used = m.used, free = m.free;
+    } else if (rc == NVML_SUCCESS) {
+        nvmlMemory_t m;
+        rc = fn.nvml_mem(h, &m);
+        total = m.total, used = m.used, free = m.free;
+    }
+    printf("nvmlmem rc=%d total=%llu used=%llu free=%llu\n", rc, total, used, free);
+}
+
+static void launch_windows(char *spec) {
+    /* windows:ms:grid[:kind] - launch flat out, report blocks per wall-clock window */
+    int windows = atoi(strtok(spec, ":"));
+    double ms = atof(strtok(NULL, ":"));
+    unsigned grid = (unsigned)atoi(strtok(NULL, ":"));
+    char *kind = strtok(NULL, ":");
+    for (int w = 0; w < windows; w++) {
+        double end = now_ms() + ms;
+        uint64_t blocks = 0;
+        while (now_ms() < end) {
+            if (launch_kind(kind ? kind : "plain", grid) != CUDA_SUCCESS) {
+                printf("window i=%d error=1\n", w);
+                return;
+            }
+            blocks += grid;
+        }
+        printf("window i=%d blocks=%" PRIu64 "\n", w, blocks);
+    }
+}
+
+static void run(char *cmd) {
+    char *arg = strchr(cmd, ':');
+    if (arg)
+        *arg++ = '\0';
+    CUresult rc;
+    uint64_t key = 0;
+    if (strcmp(cmd, "init") == 0) {
+        rc = cuInit(0);
+        printf("init rc=%d\n", rc);
+        if (rc == CUDA_SUCCESS)
+            set_device(0);
+    } else if (strcmp(cmd, "device") == 0) {
+        set_device(atoi(arg));
+    } else if (strcmp(cmd, "alloc") == 0 || strcmp(cmd, "managed") == 0 || strcmp(cmd, "async") == 0 ||
+               strcmp(cmd, "pool") == 0) {
+        unsigned long long p = 0;
+        uint64_t n = size_arg(arg);
+        if (cmd[0] == 'a' && cmd[1] == 'l')
+            rc = fn.alloc(&p, n);
+        else if (cmd[0] == 'm')
+            rc = fn.managed(&p, n, 1);
+        else if (cmd[0] == 'a')
+            rc = fn.alloc_async(&p, n, NULL);
+        else
+            rc = fn.alloc_pool(&p, n, NULL, NULL);
+        if (rc == CUDA_SUCCESS)
+            push(cmd[0] == 'a' && cmd[1] == 's' ? K_ASYNC : K_PTR, p);
+        printf("%s rc=%d bytes=%" PRIu64 "\n", cmd, rc, n);
+    } else if (strcmp(cmd, "pitch") == 0) {
+        unsigned long long p = 0;
+        size_t pitch = 0, w = (size_t)strtoull(arg, &arg, 10), h = (size_t)strtoull(arg + 1, NULL, 10);
+        rc = fn.pitch(&p, &pitch, w, h, 4);
+        if (rc == CUDA_SUCCESS)
+            push(K_PTR, p);
+        printf("pitch rc=%d pitch=%zu\n", rc, pitch);
+    } else if (strcmp(cmd, "vmm") == 0) {
+        CUmemAllocationProp prop = {.type = 1, .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+        unsigned long long h = 0;
+        rc = fn.create(&h, (size_t)size_arg(arg), &prop, 0);
+        if (rc == CUDA_SUCCESS)
+            push(K_VMM, h);
+        printf("vmm rc=%d\n", rc);
+    } else if (strcmp(cmd, "array") == 0 || strcmp(cmd, "array3d") == 0 || strcmp(cmd, "mipmap") == 0) {
+        size_t w = (size_t)strtoull(arg, &arg, 10), h = (size_t)strtoull(arg + 1, &arg, 10), d = 0;
+        if (*arg == 'x')
+            d = (size_t)strtoull(arg + 1, &arg, 10);
+        CUarray a = NULL;
+        CUmipmappedArray m = NULL;
+        CUDA_ARRAY3D_DESCRIPTOR d3 = {.Width = w, .Height = h, .Depth = d, .Format = CU_AD_FORMAT_FLOAT,
+                                      .NumChannels = 1};
+        if (cmd[0] == 'm') {
+            rc = fn.mipmap(&m, &d3, 1);
+            key = (uint64_t)(uintptr_t)m;
+        } else if (strcmp(cmd, "array3d") == 0) {
+            rc = fn.array3d(&a, &d3);
+            key = (uint64_t)(uintptr_t)a;
+        } else {
+            CUDA_ARRAY_DESCRIPTOR d2 = {.Width = w, .Height = h, .Format = CU_AD_FORMAT_FLOAT, .NumChannels = 1};
+            rc = fn.array(&a, &d2);
+            key = (uint64_t)(uintptr_t)a;
+        }
+        if (rc == CUDA_SUCCESS)
+            push(cmd[0] == 'm' ? K_MIPMAP : K_ARRAY, key);
+        printf("%s rc=%d\n", cmd, rc);
+    } else if (strcmp(cmd, "free") == 0) {
+        printf("free rc=%d\n", free_top());
+    } else if (strcmp(cmd, "freeall") == 0) {
+        rc = CUDA_SUCCESS;
+        while (depth > 0 && rc == CUDA_SUCCESS)
+            rc = free_top();
+        printf("freeall rc=%d\n", rc);
+    } else if (strcmp(cmd, "meminfo") == 0) {
+        size_t f = 0, t = 0;
+        rc = fn.meminfo(&f, &t);
+        printf("meminfo rc=%d free=%zu total=%zu\n", rc, f, t);
+    } else if (strcmp(cmd, "meminfo-null") == 0) {
+        printf("meminfo-null rc=%d\n", fn.meminfo(NULL, NULL));
+    } else if (strcmp(cmd, "totalmem") == 0) {
+        size_t b = 0;
+        rc = fn.totalmem(&b, 0);
+        printf("totalmem rc=%d bytes=%zu\n", rc, b);
+    } else if (strcmp(cmd, "nvmlmem") == 0 || strcmp(cmd, "nvmlmem2") == 0) {
+        nvml_mem(cmd[7] == '2');
+    } else if (strcmp(cmd, "launch") == 0) {
+        /* launch:count:grid[:plain|ex|coop] */
+        int count = atoi(strtok(arg, ":"));
+        unsigned grid = (unsigned)atoi(strtok(NULL, ":"));
+        char *kind = strtok(NULL, ":");
+        int n = 0;
+        rc = CUDA_SUCCESS;
+        while (n < count && (rc = launch_kind(kind ? kind : "plain", grid)) == CUDA_SUCCESS)
+            n++;
+        printf("launch rc=%d n=%d\n", rc, n);
+    } else if (strcmp(cmd, "windows") == 0) {
+        launch_windows(arg);
+    } else if (strcmp(cmd, "wait") == 0) {
+        char line[64];
+        printf("ready\n");
+        fflush(stdout);
+        if (!fgets(line, sizeof line, stdin))
+            printf("eof\n");
+    } else if (strcmp(cmd, "whois") == 0) {
+        const char *sym;
+        const char *obj = object_of(dlsym(libcuda, arg), &sym);
+        printf("whois name=%s object=%s symbol=%s\n", arg, obj, sym);
+    } else if (strcmp(cmd, "next") == 0) {
+        void *a = dlsym(RTLD_NEXT, arg), *b = dlsym(RTLD_NEXT, arg);
+        const char *sym;
+        const char *obj = object_of(a, &sym);
+        printf("next name=%s object=%s symbol=%s same=%d\n", arg, obj, sym, a == b && a != NULL);
+    } else if (strcmp(cmd, "procaddr") == 0) {
+        /* procaddr:name:version:flags */
+        char *name = strtok(arg, ":");
+        int ver = atoi(strtok(NULL, ":"));
+        cuuint64_t flags = (cuuint64_t)atoi(strtok(NULL, ":"));
+        void *p = NULL;
+        CUdriverProcAddressQueryResult st = -1;
+        rc = cuGetProcAddress_v2(name, &p, ver, flags, &st);
+        const char *sym;
+        const char *obj = object_of(p, &sym);
+        printf("procaddr rc=%d status=%d object=%s symbol=%s\n", rc, (int)st, obj, sym);
+    } else if (strcmp(cmd, "procaddr1") == 0) {
+        char *name = strtok(arg, ":");
+        int ver = atoi(strtok(NULL, ":"));
+        void *p = NULL;
+        rc = cuGetProcAddress(name, &p, ver, 0);
+        const char *sym;
+        const char *obj = object_of(p, &sym);
+        printf("procaddr1 rc=%d object=%s symbol=%s\n", rc, obj, sym);
+    } else if (strcmp(cmd, "fork") == 0) {
+        /* fork:<size> - a child allocates <size> and exits; the parent reports the child's result */
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            unsigned long long p = 0;
+            CUresult crc = fn.alloc(&p, size_arg(arg));
+            _exit(crc);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        printf("fork child_rc=%d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+    } else {
+        printf("unknown command %s\n", cmd);
+    }
+}
+
+int main(int argc, char **argv) {
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    int i = 1;
+    for (; i < argc && strncmp(argv[i], "--", 2) == 0; i++) {
+        if (strcmp(argv[i], "--via=dlsym") == 0)
+            via = VIA_DLSYM;
+        else if (strcmp(argv[i], "--via=procaddr") == 0)
+            via = VIA_PROCADDR;
+        else if (strncmp(argv[i], "--cuda-version=", 15) == 0)
+            cuda_version = atoi(argv[i] + 15);
+        else if (strcmp(argv[i], "--ptsz") == 0)
+            proc_flags = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    }
+    resolve_all();
+    for (; i < argc; i++)
+        run(argv[i]);
+    return 0;
+}
