@@ -13,6 +13,7 @@ from hami_sim.kubeapi._resources import ResourceType
 __all__ = [
     "check_shape",
     "generate_name",
+    "normalize_quantities",
     "pod_spec_change",
     "prepare_create",
     "validate",
@@ -58,6 +59,43 @@ def check_shape(obj: object, what: str = "object", *, patch: bool = False) -> Js
         if obj.get(field) is not None and not isinstance(obj[field], dict):
             raise bad_request(f"{field} must be an object")
     return obj
+
+
+def _quantity(value: object, where: str) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise bad_request(f"{where}: quantities must be strings or numbers")
+    if isinstance(value, int) or value.is_integer():
+        return str(int(value))
+    return f"{round(value * 1000)}m"
+
+
+def _normalize_map(holder: object, field: str, where: str) -> None:
+    if not isinstance(holder, dict) or holder.get(field) is None:
+        return
+    values = holder[field]
+    if not isinstance(values, dict):
+        raise bad_request(f"{where}.{field} must be a map of quantities")
+    holder[field] = {k: _quantity(v, f"{where}.{field}[{k}]") for k, v in values.items()}
+
+
+def normalize_quantities(rt: ResourceType, obj: JsonObj) -> None:
+    """Store quantities as strings, as an apiserver does (YAML ``nvidia.com/gpu: 1`` arrives as a number)."""
+    spec, status = obj.get("spec"), obj.get("status")
+    if rt.plural == "pods" and isinstance(spec, dict):
+        for group in ("containers", "initContainers"):
+            for i, container in enumerate(spec.get(group) or []):
+                resources = container.get("resources") if isinstance(container, dict) else None
+                for field in ("limits", "requests"):
+                    _normalize_map(resources, field, f"spec.{group}[{i}].resources")
+    elif rt.plural == "nodes":
+        for field in ("capacity", "allocatable"):
+            _normalize_map(status, field, "status")
+    elif rt.plural == "resourcequotas":
+        _normalize_map(spec, "hard", "spec")
+        for field in ("hard", "used"):
+            _normalize_map(status, field, "status")
 
 
 def generate_name(prefix: str) -> str:
@@ -136,6 +174,7 @@ def prepare_create(rt: ResourceType, obj: JsonObj, namespace: str | None, now: s
     result["metadata"] = metadata
     result["kind"] = rt.kind
     result["apiVersion"] = rt.api_version
+    normalize_quantities(rt, result)
     validate(rt, result)
     _default(rt, result)
     return result

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from hami_sim.kubeapi._errors import STALE, ApiError, already_exists, conflict, gone, not_found
-from hami_sim.kubeapi._objects import pod_spec_change, prepare_create, validate
+from hami_sim.kubeapi._objects import normalize_quantities, pod_spec_change, prepare_create, validate
 from hami_sim.kubeapi._resources import RESOURCES, ResourceType, find
 from hami_sim.kubeapi._selectors import FieldSelector, LabelSelector
 
@@ -216,6 +216,7 @@ class Store:
         new_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         result["metadata"] = new_meta
         result["kind"], result["apiVersion"] = rt.kind, rt.api_version
+        normalize_quantities(rt, result)
         validate(rt, result)
         if rt.plural == "pods":
             pod_spec_change(rt, name, current, result)
