@@ -8,15 +8,18 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 from hami_common.annotations import (
     BIND_TIME,
+    MIG_ALLOCATIONS,
     NODE_LOCK,
     NODE_SCORE,
     NodeLock,
     check_handshake,
+    decode_mig_allocations,
     decode_node_lock,
     decode_pair_scores,
     decode_rfc3339,
     decode_unix_seconds,
     encode_handshake,
+    encode_mig_allocations,
     encode_node_lock,
     encode_pair_scores,
     encode_rfc3339,
@@ -132,3 +135,37 @@ def test_malformed_pair_scores_name_the_annotation(value: str) -> None:
 def test_node_lock_decoder_never_raises_anything_but_annotation_error(value: str) -> None:
     with contextlib.suppress(AnnotationError):
         decode_node_lock(value)
+
+
+# --- MIG reservations (hami-protocol §2.6) -------------------------------------------------------------
+MIG_EXAMPLE = (
+    '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-x","profile":"1g.10gb","placement":{"start":6,"size":1}}]'
+)
+
+
+def test_mig_allocation_example_decodes_and_reencodes_exactly() -> None:
+    (entry,) = decode_mig_allocations(MIG_EXAMPLE)
+    assert (entry.gpu_uuid, entry.profile, entry.placement.start, entry.placement.size) == ("GPU-x", "1g.10gb", 6, 1)
+    assert not entry.realised
+    assert encode_mig_allocations([entry]) == MIG_EXAMPLE
+
+
+def test_mig_allocation_with_runtime_ids_is_realised() -> None:
+    value = MIG_EXAMPLE.replace('"size":1}', '"size":1},"migUUID":"MIG-1","gpuInstanceID":3,"computeInstanceID":0')
+    (entry,) = decode_mig_allocations(value)
+    assert entry.realised
+    assert (entry.mig_uuid, entry.gpu_instance_id, entry.compute_instance_id) == ("MIG-1", 3, 0)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        pytest.param(MIG_EXAMPLE.replace('"size":1}', '"size":1},"migUUID":"MIG-1"'), id="runtime ids come together"),
+        pytest.param(MIG_EXAMPLE.replace('"containerIndex":0', '"containerIndex":-1'), id="negative index"),
+        pytest.param('[{"containerIndex":0}]', id="missing fields"),
+        pytest.param("[", id="truncated"),
+    ],
+)
+def test_malformed_mig_allocations_name_the_annotation(value: str) -> None:
+    with pytest.raises(AnnotationError, match=MIG_ALLOCATIONS):
+        decode_mig_allocations(value)

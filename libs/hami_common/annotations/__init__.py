@@ -53,6 +53,7 @@ from hami_common.annotations.keys import (
     WEBHOOK_IGNORE,
     WEBHOOK_LABEL,
 )
+from hami_common.annotations.mig import MigAllocation, decode_mig_allocations, encode_mig_allocations
 from hami_common.annotations.nodelock import NodeLock, decode_node_lock, encode_node_lock
 from hami_common.annotations.registration import (
     DeviceInfo,
@@ -109,6 +110,7 @@ __all__ = [
     "ContainerDevices",
     "DeviceInfo",
     "HandshakeVerdict",
+    "MigAllocation",
     "MigPlacement",
     "MigProfile",
     "NodeLock",
@@ -116,6 +118,7 @@ __all__ = [
     "PodDevices",
     "check_handshake",
     "decode_legacy_node_devices",
+    "decode_mig_allocations",
     "decode_node_devices",
     "decode_node_lock",
     "decode_pair_scores",
@@ -123,6 +126,7 @@ __all__ = [
     "decode_rfc3339",
     "decode_unix_seconds",
     "encode_handshake",
+    "encode_mig_allocations",
     "encode_node_devices",
     "encode_node_lock",
     "encode_pair_scores",
