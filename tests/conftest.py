@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.settings import BusSettings
 

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Final
 
 import msgspec
+
 from hami_common import annotations as ann
 
 __all__ = ["DECODERS", "decode"]

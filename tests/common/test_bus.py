@@ -8,6 +8,11 @@ import uuid
 
 import msgspec
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
 from hami_common import subjects
 from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, ConsumerSpec, Delivery, EmbeddedNats, placement_consumer, placement_stream
@@ -23,10 +28,6 @@ from hami_common.events import (
     UsageSample,
 )
 from hami_common.settings import BusSettings
-from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 NODE = "gpu-node.example"
 EVENTS: list[tuple[str, BusEvent]] = [

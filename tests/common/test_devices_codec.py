@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
@@ -12,8 +15,6 @@ from hami_common.annotations import (
     pop_first_container,
 )
 from hami_common.errors import AnnotationError
-from hypothesis import given
-from hypothesis import strategies as st
 
 V100 = "GPU-0fc3eda5-e98b-a25b-5b0d-cf5c855d1448"
 

@@ -6,6 +6,9 @@ import contextlib
 from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hami_common.annotations import (
     BIND_TIME,
     MIG_ALLOCATIONS,
@@ -26,8 +29,6 @@ from hami_common.annotations import (
     encode_unix_seconds,
 )
 from hami_common.errors import AnnotationError
-from hypothesis import given
-from hypothesis import strategies as st
 
 CEST = timezone(timedelta(hours=2))
 NOW = datetime(2024, 1, 2, 0, 5, 0, tzinfo=CEST)

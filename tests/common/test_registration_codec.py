@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hami_common.annotations import (
     NODE_REGISTER,
     DeviceInfo,
@@ -15,8 +18,6 @@ from hami_common.annotations import (
     encode_node_devices,
 )
 from hami_common.errors import AnnotationError
-from hypothesis import given
-from hypothesis import strategies as st
 
 TWO_V100 = (
     '[{"id":"GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec","count":10,"devmem":32768,"devcore":100,'

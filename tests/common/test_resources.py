@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
 from hami_common.errors import InvalidInput
 from hami_common.resources import (
     GPU,
@@ -20,8 +23,6 @@ from hami_common.resources import (
     pod_request,
     validate_percentage,
 )
-from hypothesis import given
-from hypothesis import strategies as st
 
 DEFAULT = ResourceConfig()
 

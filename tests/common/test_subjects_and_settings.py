@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
+
 from hami_common import subjects
 from hami_common.errors import InvalidInput
 from hami_common.settings import BusSettings, load, setting

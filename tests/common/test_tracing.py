@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from hami_common import tracing
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+from hami_common import tracing
 
 
 @pytest.fixture
