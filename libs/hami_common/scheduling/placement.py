@@ -1,0 +1,151 @@
+"""Fitting a whole pod to a node and choosing among nodes (hami-protocol §4.4-4.5, HAMi's calcScore).
+
+Init containers are fitted independently against the node as it is (they run one at a time); app
+containers are fitted in order against one shared copy, so their usage accumulates. The node's score is
+its usage *before* the pod. Among fitting nodes the node policy picks: binpack the highest score, spread
+the lowest; ties go to the node listed last, as HAMi takes the last element of its sorted list.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from hami_common.annotations.devices import ContainerDevice, PodDevices
+from hami_common.resources import DeviceRequest, PodRequest
+from hami_common.scheduling.nvidia import NVIDIA
+from hami_common.scheduling.policy import NodePolicy, PodPreferences
+from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.scheduling.reason import Reason, render_reasons
+from hami_common.scheduling.score import device_score, node_score, sort_devices
+from hami_common.scheduling.usage import DeviceCharge, DeviceUsage, NodeUsage, collapse_devices
+from hami_common.scheduling.vendor import ContainerFit, FitContext, Vendor
+
+__all__ = ["DEFAULT_VENDORS", "NodeFit", "choose_node", "fit_container", "fit_node", "preference", "unregistered"]
+
+DEFAULT_VENDORS: Final[Mapping[str, Vendor]] = {NVIDIA.word: NVIDIA}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFit:
+    """One node's verdict for one pod: the cards per container (init first), or why not."""
+
+    node: str
+    score: float = 0.0
+    grants: PodDevices = ()
+    init_count: int = 0
+    rejected: Mapping[Reason, int] = field(default_factory=dict)
+    checked: int = 0
+    unresolvable: bool = False
+
+    @property
+    def fits(self) -> bool:
+        return not self.rejected and not self.unresolvable
+
+    @property
+    def reason(self) -> str:
+        """HAMi's text for ``FailedNodes``: ``"1/2 CardInsufficientMemory, …"`` or a bare node reason."""
+        return render_reasons(self.rejected, self.checked)
+
+    @property
+    def charges(self) -> tuple[DeviceCharge, ...]:
+        """What the pod books on the node, init containers collapsed against app containers (§4.9)."""
+        return collapse_devices(self.grants[: self.init_count], self.grants[self.init_count :])
+
+
+def unregistered(node: str) -> NodeFit:
+    return NodeFit(node=node, rejected={Reason.NODE_UNREGISTERED: 1}, unresolvable=True)
+
+
+def fit_container(
+    devices: Sequence[DeviceUsage],
+    request: DeviceRequest,
+    ctx: FitContext,
+    vendors: Mapping[str, Vendor] = DEFAULT_VENDORS,
+) -> ContainerFit:
+    """HAMi's ``fitInDevices`` for one container: score, sort, keep the vendor's cards, Fit."""
+    vendor = vendors.get(request.type)
+    if vendor is None:
+        return ContainerFit(rejected={Reason.DEVICE_TYPE_NOT_FOUND: 1})
+    weights = ctx.prefs.weights
+    ordered = sort_devices([(d, device_score(d, (request,), weights)) for d in devices], ctx.prefs)
+    own = [d for d in ordered if vendor.owns(d)]
+    if request.nums > len(own):
+        return ContainerFit(rejected={Reason.NODE_INSUFFICIENT_DEVICE: 1}, checked=len(own))
+    return vendor.fit(own, request, ctx)
+
+
+def _granted(devices: list[DeviceUsage], grants: Sequence[ContainerDevice]) -> None:
+    position = {d.id: i for i, d in enumerate(devices)}
+    for g in grants:
+        i = position[g.uuid]
+        devices[i] = devices[i].with_grant(g.usedmem, g.usedcores)
+
+
+def fit_node(
+    node: NodeUsage,
+    request: PodRequest,
+    prefs: PodPreferences,
+    *,
+    quota: NamespaceQuota | None = None,
+    memory_factor: int = 1,
+    score: float | None = None,
+    vendors: Mapping[str, Vendor] = DEFAULT_VENDORS,
+) -> NodeFit:
+    """HAMi's per-node ``calcScore``; ``score`` may pass the node's score when the caller has it cached."""
+    grants: list[tuple[ContainerDevice, ...]] = []
+    init_count = len(request.init)
+
+    def rejected(fit: ContainerFit) -> NodeFit:
+        return NodeFit(node=node.name, rejected=fit.rejected, checked=fit.checked)
+
+    def context(devices_so_far: int) -> FitContext:
+        return FitContext(
+            prefs=prefs,
+            node=node,
+            quota=quota,
+            memory_factor=memory_factor,
+            prior_init=tuple(grants[:init_count]),
+            prior_app=tuple(grants[init_count:]),
+            fitting_init=devices_so_far < init_count,
+        )
+
+    for req in request.init:
+        if req is None:
+            grants.append(())
+            continue
+        fit = fit_container(node.devices, req, context(len(grants)), vendors)
+        if not fit.fits:
+            return rejected(fit)
+        grants.append(fit.devices)
+    current = list(node.devices)
+    for app_req in request.app:
+        if app_req is None:
+            grants.append(())
+            continue
+        fit = fit_container(current, app_req, context(len(grants)), vendors)
+        if not fit.fits:
+            return rejected(fit)
+        grants.append(fit.devices)
+        _granted(current, fit.devices)
+    return NodeFit(
+        node=node.name,
+        score=node_score(node.devices) if score is None else score,
+        grants=tuple(grants),
+        init_count=init_count,
+    )
+
+
+def preference(score: float, policy: NodePolicy) -> float:
+    """Larger is better: binpack prefers the most used node, spread the least used."""
+    return score if policy is NodePolicy.BINPACK else -score
+
+
+def choose_node(fits: Sequence[NodeFit], policy: NodePolicy) -> NodeFit | None:
+    """The fitting node the policy prefers; ties go to the one listed last (HAMi takes the tail)."""
+    best: NodeFit | None = None
+    for fit in fits:
+        if fit.fits and (best is None or preference(fit.score, policy) >= preference(best.score, policy)):
+            best = fit
+    return best
