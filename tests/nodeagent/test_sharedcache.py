@@ -7,6 +7,9 @@ import struct
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from hami_common.errors import InvalidInput
 from hami_common.sharedcache import (
     MAX_FILE_SIZE,
@@ -17,8 +20,6 @@ from hami_common.sharedcache import (
     write_feedback,
 )
 from hami_sim.sharedcache_writer import CacheSpec, Memory, ProcSpec, build_cache, write_cache
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 MIB = 1024 * 1024
 UUID_A = "GPU-00552014-5c87-89ac-b1a6-7b53aa24b0ec"

@@ -1,0 +1,189 @@
+"""Discovery: one interface, two backends chosen by name; the NVML ones skip where there is no GPU."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hami_common.errors import InvalidInput, TransientError
+from hami_common.inventory import (
+    FAKE,
+    NVML,
+    FakeInventory,
+    Gpu,
+    GpuInventory,
+    GpuLink,
+    NodeDeviceConfig,
+    NvmlInventory,
+    PcieLevel,
+    apply_node_overrides,
+    open_inventory,
+    pair_scores,
+)
+from tests.nodeagent.conftest import NODE, UUID_A, UUID_B, inventory_doc, write_inventory
+
+
+def _nvml_or_skip() -> NvmlInventory:
+    try:
+        return NvmlInventory()
+    except TransientError as err:
+        pytest.skip(f"no NVIDIA driver or GPU on this machine: {err}")
+
+
+@pytest.fixture(params=[FAKE, NVML])
+def backend(request: pytest.FixtureRequest, inventory_file: Path) -> Iterator[GpuInventory]:
+    inventory: GpuInventory = FakeInventory(inventory_file, NODE) if request.param == FAKE else _nvml_or_skip()
+    yield inventory
+    inventory.close()
+
+
+def test_backend_reports_each_gpu_once_with_identity_and_size(backend: GpuInventory) -> None:
+    gpus = backend.gpus()
+    assert len({g.uuid for g in gpus}) == len(gpus)
+    assert len({g.index for g in gpus}) == len(gpus)
+    assert all(g.uuid and g.model and g.memory_mib >= 0 and g.numa >= 0 for g in gpus)
+    assert backend.gpus() == gpus  # a second look at an unchanged node sees the same GPUs
+
+
+def test_backend_host_figures_name_known_gpus(backend: GpuInventory) -> None:
+    known = {g.uuid for g in backend.gpus()}
+    stats = backend.stats()
+    assert {s.uuid for s in stats} <= known
+    assert all(s.memory_used_bytes >= 0 and 0 <= s.utilization_percent <= 100 for s in stats)
+
+
+def test_backend_links_point_at_gpus_of_the_same_node(backend: GpuInventory) -> None:
+    gpus = backend.gpus()
+    known = {g.uuid for g in gpus}
+    assert all(link.peer in known for g in gpus for link in g.links)
+    report = pair_scores(gpus)
+    assert set(report.scores) == known
+    assert all(set(row) == known - {uuid} for uuid, row in report.scores.items())
+
+
+def test_backend_names_its_kind(backend: GpuInventory) -> None:
+    assert backend.kind in (FAKE, NVML)
+
+
+def test_fake_inventory_reads_declared_gpus(inventory_file: Path) -> None:
+    first, second = FakeInventory(inventory_file, NODE).gpus()
+    assert (first.uuid, first.index, first.model, first.memory_mib, first.numa) == (
+        UUID_A, 0, "Tesla V100-PCIE-32GB", 32768, 0,
+    )  # fmt: skip
+    assert (second.index, second.numa, second.healthy) == (1, 1, True)
+    assert first.link_to(UUID_B) == GpuLink(peer=UUID_B, pcie=PcieLevel.SAME_CPU, nvlinks=2)
+
+
+def test_fake_inventory_sees_a_health_change_on_the_next_look(inventory_file: Path) -> None:
+    inventory = FakeInventory(inventory_file, NODE)
+    assert all(g.healthy for g in inventory.gpus())
+    write_inventory(inventory_file, inventory_doc(healthy_b=False))
+    assert [g.healthy for g in inventory.gpus()] == [True, False]
+
+
+def test_fake_inventory_declares_a_node_without_gpus(inventory_file: Path) -> None:
+    assert FakeInventory(inventory_file, "cpu-node").gpus() == ()
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        pytest.param("nodes: [", "fake inventory", id="yaml that does not parse"),
+        pytest.param("gpus: []", "gpus", id="a file without nodes"),
+        pytest.param("nodes: {other: []}", "not declared", id="a file that does not declare this node"),
+        pytest.param(
+            "nodes: {gpu-node-1: [{uuid: G, model: M, memory_mib: -1}]}", "non-negative", id="negative memory"
+        ),
+        pytest.param(
+            "nodes: {gpu-node-1: [{uuid: G, model: M, memory_mib: 1, color: red}]}", "color", id="an unknown key"
+        ),
+        pytest.param(
+            "nodes: {gpu-node-1: [{uuid: G, model: M, memory_mib: 1, links: [{peer: H, pcie: warp}]}]}",
+            "warp",
+            id="an unknown PCIe level",
+        ),
+        pytest.param(
+            "nodes: {gpu-node-1: [{uuid: G, model: M, memory_mib: 1}, {uuid: G, model: M, memory_mib: 1}]}",
+            "twice",
+            id="a GPU listed twice",
+        ),
+    ],
+)
+def test_fake_inventory_refuses_malformed_files(tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(InvalidInput, match=words):
+        FakeInventory(path, NODE)
+
+
+def test_missing_fake_inventory_file_fails_at_start(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInput, match="fake inventory"):
+        FakeInventory(tmp_path / "absent.yaml", NODE)
+
+
+def test_backend_is_chosen_by_name_only(inventory_file: Path) -> None:
+    assert open_inventory(FAKE, node=NODE, fake_file=inventory_file).kind == FAKE
+    with pytest.raises(InvalidInput, match="unknown inventory kind"):
+        open_inventory("auto", node=NODE, fake_file=inventory_file)
+    with pytest.raises(InvalidInput, match="needs a file"):
+        open_inventory(FAKE, node=NODE)
+
+
+def test_nvml_without_a_driver_fails_instead_of_falling_back(inventory_file: Path) -> None:
+    try:
+        open_inventory(NVML, node=NODE, fake_file=inventory_file).close()
+    except TransientError:
+        pass
+    else:
+        pytest.skip("this machine has an NVIDIA driver: there is nothing to fall back from")
+    with pytest.raises(TransientError, match="NVML"):
+        open_inventory(NVML, node=NODE, fake_file=inventory_file)
+
+
+def _gpu(uuid: str, *links: GpuLink) -> Gpu:
+    return Gpu(uuid=uuid, index=0, model="M", memory_mib=1, links=links)
+
+
+def test_pair_score_adds_pcie_level_and_a_hundred_per_nvlink() -> None:
+    a = _gpu("A", GpuLink("B", PcieLevel.SAME_BOARD, 6), GpuLink("C", PcieLevel.CROSS_CPU))
+    b = _gpu("B", GpuLink("A", PcieLevel.SAME_BOARD, 6))
+    c = _gpu("C", GpuLink("A", PcieLevel.CROSS_CPU))
+    report = pair_scores([a, b, c])
+    assert report.scores == {"A": {"B": 660, "C": 10}, "B": {"A": 660, "C": 0}, "C": {"A": 10, "B": 0}}
+    assert report.asymmetric == ()
+
+
+def test_pair_with_different_link_counts_by_direction_scores_zero_and_is_reported() -> None:
+    a = _gpu("A", GpuLink("B", PcieLevel.SAME_CPU, 2))
+    b = _gpu("B", GpuLink("A", PcieLevel.SAME_CPU, 1))
+    report = pair_scores([a, b])
+    assert report.scores == {"A": {"B": 0}, "B": {"A": 0}}
+    assert report.asymmetric == (("A", "B"),)
+
+
+def test_node_overrides_apply_only_to_the_named_node() -> None:
+    config = (
+        '{"nodeconfig": [{"name": "other", "devicesplitcount": 3},'
+        ' {"name": "gpu-node-1", "devicesplitcount": 4, "devicememoryscaling": 1.5, "devicecorescaling": 2,'
+        ' "filterdevices": {"uuid": ["GPU-x"], "index": [3]}, "libcudaloglevel": 3}]}'
+    )
+    mine = apply_node_overrides(NodeDeviceConfig(), config, NODE)
+    assert (mine.split_count, mine.memory_scaling, mine.core_scaling) == (4, 1.5, 2)
+    assert (mine.filter_uuids, mine.filter_indices) == (frozenset({"GPU-x"}), frozenset({3}))
+    assert apply_node_overrides(NodeDeviceConfig(split_count=7), config, "third") == NodeDeviceConfig(split_count=7)
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param("{", id="json that does not parse"),
+        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 0}]}', id="a zero split count"),
+        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "operatingmode": "mig"}]}', id="MIG mode"),
+        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": "x"}]}', id="a string count"),
+    ],
+)
+def test_node_overrides_refuse_what_cannot_be_registered(config: str) -> None:
+    with pytest.raises(InvalidInput):
+        apply_node_overrides(NodeDeviceConfig(), config, NODE)
