@@ -1,0 +1,224 @@
+"""A stand-in for kube-scheduler configured with our extender: ``/filter`` then ``/bind``, as it calls them.
+
+kube-scheduler with ``nodeCacheCapable: true`` sends ``ExtenderArgs`` with the pod and the candidate node
+names, takes a node from the answer, and, since the extender owns ``bindVerb``, asks it to bind. This
+driver does the same for every pod whose ``schedulerName`` is ours and that has no node yet: one
+scheduling cycle at a time (filters are sequential, as in kube-scheduler), binds in the background. A
+pod that fits nowhere stays pending: the driver records a ``FailedScheduling`` Event with the reasons and
+tries again later, as the real scheduler's backoff queue does. Errors are retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final, TypeVar
+
+import httpx
+import msgspec
+
+from hami_common.kube import (
+    Change,
+    EventRecorder,
+    KubeClient,
+    Node,
+    Pod,
+    WatchCache,
+    node_source,
+    pod_source,
+    reference_to,
+)
+
+__all__ = ["ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
+
+log = logging.getLogger(__name__)
+R = TypeVar("R")
+
+FILTER_PATH: Final = "/filter"
+BIND_PATH: Final = "/bind"
+DEFAULT_SCHEDULER: Final = "hami-scheduler"
+NO_NODES: Final = "no nodes available to schedule pods"
+_HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
+
+
+class ExtenderArgs(msgspec.Struct, frozen=True):
+    Pod: msgspec.Raw
+    Nodes: None = None
+    NodeNames: list[str] | None = None
+
+
+class FilterResult(msgspec.Struct, frozen=True):
+    NodeNames: list[str] | None = None
+    FailedNodes: dict[str, str] | None = None
+    FailedAndUnresolvableNodes: dict[str, str] | None = None
+    Error: str = ""
+
+
+class BindingArgs(msgspec.Struct, frozen=True):
+    PodName: str
+    PodNamespace: str
+    PodUID: str
+    Node: str
+
+
+class BindingResult(msgspec.Struct, frozen=True):
+    Error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """Where a pod stands after its latest scheduling cycle."""
+
+    node: str = ""  # bound here
+    reasons: Mapping[str, str] = field(default_factory=dict)  # node -> why not, when it fits nowhere
+    error: str = ""  # the extender's or transport's error, retried
+
+
+def unschedulable_message(reasons: Mapping[str, str], total: int) -> str:
+    """kube-scheduler's wording: ``0/N nodes are available: <reason per node>``."""
+    detail = ", ".join(f"{node}: {why}" for node, why in sorted(reasons.items()))
+    return f"0/{total} nodes are available: {detail}."
+
+
+class SchedulerDriver:
+    """Schedules our pods through an extender's HTTP API until :meth:`run` is cancelled."""
+
+    def __init__(
+        self,
+        kube: KubeClient,
+        extender_url: str,
+        *,
+        scheduler_name: str = DEFAULT_SCHEDULER,
+        retry_after: float = 1.0,
+        headers: Mapping[str, str] | None = None,
+        verify: bool | str = True,
+    ) -> None:
+        self.kube = kube
+        self.scheduler_name = scheduler_name
+        self.retry_after = retry_after
+        self.verdicts: dict[str, Verdict] = {}  # pod uid -> latest verdict
+        self._http = httpx.AsyncClient(
+            base_url=extender_url, timeout=_HTTP_TIMEOUT_S, headers=dict(headers or {}), verify=verify
+        )
+        self._pods = WatchCache(pod_source(kube), name="pods")
+        self._nodes = WatchCache(node_source(kube), name="nodes")
+        self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
+        self._queued: set[tuple[str, str]] = set()
+        self._events = EventRecorder(kube, component=scheduler_name)
+        self._binds: set[asyncio.Task[None]] = set()
+
+    def _is_ours_and_pending(self, pod: Pod) -> bool:
+        return (
+            pod.spec.scheduler_name == self.scheduler_name
+            and not pod.spec.node_name
+            and pod.metadata.deletion_timestamp is None
+            and pod.status.phase in ("", "Pending")
+        )
+
+    def _enqueue(self, pod: Pod) -> None:
+        key = (pod.metadata.namespace, pod.metadata.name)
+        if self._is_ours_and_pending(pod) and key not in self._queued:
+            self._queued.add(key)
+            self._queue.put_nowait(key)
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        if change.type != "DELETED":
+            self._enqueue(change.obj)
+
+    async def run(self) -> None:
+        self._pods.add_handler(self._on_pod)
+        try:
+            async with asyncio.TaskGroup() as tasks:
+                tasks.create_task(self._pods.run())
+                tasks.create_task(self._nodes.run())
+                await self._pods.synced.wait()
+                await self._nodes.synced.wait()
+                tasks.create_task(self._cycle_forever())
+        finally:
+            for task in list(self._binds):
+                task.cancel()
+            await self._http.aclose()
+
+    async def _cycle_forever(self) -> None:
+        while True:
+            key = await self._queue.get()
+            self._queued.discard(key)
+            pod = self._pods.get(*key)
+            if pod is None or not self._is_ours_and_pending(pod):
+                continue
+            verdict = await self.schedule_one(pod)
+            if not verdict.node:
+                asyncio.get_running_loop().call_later(self.retry_after, self._requeue, key)
+
+    def _requeue(self, key: tuple[str, str]) -> None:
+        pod = self._pods.get(*key)
+        if pod is not None:
+            self._enqueue(pod)
+
+    async def schedule_one(self, pod: Pod) -> Verdict:
+        """One scheduling cycle: filter, then bind in the background; returns the filter's verdict."""
+        names = sorted(node.metadata.name for node in self._nodes.items() if _schedulable(node))
+        if not names:  # kube-scheduler calls no extender when no node is left to offer
+            await self._events.record(reference_to(pod, "Pod"), "Warning", "FailedScheduling", NO_NODES)
+            return self._record(pod, Verdict(error=NO_NODES))
+        args = ExtenderArgs(Pod=msgspec.Raw(msgspec.json.encode(pod)), NodeNames=names)
+        try:
+            answer = await self._post(FILTER_PATH, args, FilterResult)
+        except (httpx.HTTPError, msgspec.DecodeError) as err:
+            return self._record(pod, Verdict(error=f"filter: {err}"))
+        if answer.Error:
+            return self._record(pod, Verdict(error=answer.Error))
+        if not answer.NodeNames:
+            reasons = {**(answer.FailedNodes or {}), **(answer.FailedAndUnresolvableNodes or {})}
+            verdict = self._record(pod, Verdict(reasons=reasons))
+            await self._events.record(
+                reference_to(pod, "Pod"), "Warning", "FailedScheduling",
+                unschedulable_message(reasons, len(names)),
+            )  # fmt: skip
+            return verdict
+        node = answer.NodeNames[0]
+        task = asyncio.create_task(self._bind(pod, node))
+        self._binds.add(task)
+        task.add_done_callback(self._binds.discard)
+        return Verdict(node=node)
+
+    async def _bind(self, pod: Pod, node: str) -> None:
+        meta = pod.metadata
+        args = BindingArgs(PodName=meta.name, PodNamespace=meta.namespace, PodUID=meta.uid, Node=node)
+        try:
+            answer = await self._post(BIND_PATH, args, BindingResult)
+            error = answer.Error
+        except (httpx.HTTPError, msgspec.DecodeError) as err:
+            error = f"bind: {err}"
+        if error:
+            log.info("binding %s/%s to %s failed, will retry: %s", meta.namespace, meta.name, node, error)
+            self._record(pod, Verdict(error=error))
+            asyncio.get_running_loop().call_later(self.retry_after, self._requeue, (meta.namespace, meta.name))
+            return
+        self._record(pod, Verdict(node=node))
+
+    async def _post(self, path: str, body: msgspec.Struct, answer: type[R]) -> R:
+        response = await self._http.post(
+            path, content=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
+        )
+        response.raise_for_status()
+        return msgspec.json.decode(response.content, type=answer)
+
+    def _record(self, pod: Pod, verdict: Verdict) -> Verdict:
+        self.verdicts[pod.metadata.uid] = verdict
+        return verdict
+
+    async def wait_idle(self) -> None:
+        """Until every queued cycle and bind has finished (for tests and the demo)."""
+        while not self._queue.empty() or self._binds:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.05):
+                    await asyncio.gather(*self._binds)
+            await asyncio.sleep(0)
+
+
+def _schedulable(node: Node) -> bool:
+    return not any(c.type == "Ready" and c.status == "False" for c in node.status.conditions)
