@@ -1,0 +1,296 @@
+"""HAMi's admission rules, in HAMi's order (hami-protocol §3), plus this project's guards.
+
+Pure: an :class:`~hami_webhook.review.AdmissionRequest`, the policy and a snapshot of what the caches know
+about the namespace go in; a :class:`Verdict` (allowed with a JSON Patch, denied, or errored) comes out.
+The order on CREATE:
+
+1. decode the pod (``Errored(400)``); no containers → denied ``pod has no containers``;
+2. (ours) scheduler-owned annotations set by a tenant → denied; GPU requests in ephemeral containers → denied;
+3. the scheduler-name gate → allowed unchanged ``pod already has different scheduler assigned``;
+4. per container, init containers first: percentage validation (``Errored(500)``), ``CUDA_TASK_PRIORITY``,
+   ``GPU_CORE_UTILIZATION_POLICY``, defaultGPUNum, exclusive-by-default cores, runtimeClassName,
+   ``NVIDIA_VISIBLE_DEVICES=none``; (ours) ``CUDA_DISABLE_CONTROL`` removed from GPU containers;
+5. a privileged container in a GPU pod → denied ``container <name> is privileged``;
+6. schedulerName set; a pod with a nodeName → denied ``pod has node assigned``;
+7. the namespace quota → denied ``exceeding resource quota``;
+8. (ours) the trace context annotation; the patch.
+
+On UPDATE only the guards of step 2 apply; other operations are allowed as they are.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+from hami_common.annotations import TRACE_CONTEXT
+from hami_common.envvars import (
+    CUDA_DISABLE_CONTROL,
+    CUDA_TASK_PRIORITY,
+    GPU_CORE_UTILIZATION_POLICY,
+    NVIDIA_VISIBLE_DEVICES,
+)
+from hami_common.errors import InvalidInput
+from hami_common.quantity import value
+from hami_common.resources import (
+    ContainerResources,
+    ResourceConfig,
+    container_request,
+    is_exclusive,
+    needs_default_gpu_num,
+    validate_percentage,
+)
+from hami_common.scheduling.quota import NamespaceQuota
+from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, render_patch
+from hami_webhook.podview import ContainerSpec, EnvVar, PodView, decode_pod
+from hami_webhook.reserved import touched_reserved_annotation
+from hami_webhook.review import AdmissionRequest, is_empty
+
+__all__ = [
+    "CREATE",
+    "DEFAULT_SCHEDULER",
+    "UPDATE",
+    "AdmissionPolicy",
+    "NamespaceSource",
+    "NamespaceState",
+    "Outcome",
+    "Verdict",
+    "admit",
+    "quota_demand",
+]
+
+CREATE: Final = "CREATE"
+UPDATE: Final = "UPDATE"
+DEFAULT_SCHEDULER: Final = "default-scheduler"
+DEFAULT_CORE_POLICY: Final = "default"
+NVIDIA_VISIBLE_NONE: Final = "none"
+EXCLUSIVE_CORES: Final = "100"
+
+# HAMi's messages (HAMi: pkg/scheduler/webhook.go), then ours.
+NO_CONTAINERS: Final = "pod has no containers"
+OTHER_SCHEDULER: Final = "pod already has different scheduler assigned"
+PRIVILEGED: Final = "container {name} is privileged"
+NODE_ASSIGNED: Final = "pod has node assigned"
+QUOTA_EXCEEDED: Final = "exceeding resource quota"
+NO_CONTENT: Final = "there is no content to decode"
+RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
+EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
+
+HTTP_OK: Final = 200
+HTTP_BAD_REQUEST: Final = 400
+HTTP_FORBIDDEN: Final = 403
+HTTP_INTERNAL: Final = 500
+
+
+class Outcome(enum.StrEnum):
+    ALLOWED = "allowed"
+    DENIED = "denied"  # a rule said no: 403 Forbidden
+    ERRORED = "errored"  # the request could not be judged: 400 or 500, as HAMi answers
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    outcome: Outcome
+    code: int = HTTP_OK
+    message: str = ""
+    patch: tuple[PatchOp, ...] = ()
+    pod: PodView | None = None
+    gpu_containers: int = 0
+
+    @property
+    def allowed(self) -> bool:
+        return self.outcome is Outcome.ALLOWED
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPolicy:
+    """The webhook's knobs (hami-protocol §1.2, §1.4) and the system's own users."""
+
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
+    scheduler_name: str = "hami-scheduler"  # HAMi's --scheduler-name; "" leaves schedulerName alone
+    force_overwrite_default_scheduler: bool = True
+    overwrite_env: bool = False
+    gpu_core_policy: str = DEFAULT_CORE_POLICY
+    runtime_class_name: str = ""
+    system_users: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceState:
+    """What the caches know about the pod's namespace when the request arrives."""
+
+    quota: NamespaceQuota = field(default_factory=NamespaceQuota)
+    may_disable_control: bool = False
+
+
+class NamespaceSource(Protocol):
+    """What the caches know about a namespace (:class:`~hami_webhook.cluster.ClusterState` is one)."""
+
+    def namespace(self, name: str) -> NamespaceState: ...
+
+
+def _allowed(message: str = "", pod: PodView | None = None) -> Verdict:
+    return Verdict(Outcome.ALLOWED, HTTP_OK, message, pod=pod)
+
+
+def _denied(message: str, pod: PodView | None = None) -> Verdict:
+    return Verdict(Outcome.DENIED, HTTP_FORBIDDEN, message, pod=pod)
+
+
+def _errored(code: int, message: str, pod: PodView | None = None) -> Verdict:
+    return Verdict(Outcome.ERRORED, code, message, pod=pod)
+
+
+def admit(
+    req: AdmissionRequest, policy: AdmissionPolicy, namespaces: NamespaceSource, trace_context: str | None = None
+) -> Verdict:
+    """Judge one admission request; never raises for anything a request can contain.
+
+    ``namespaces`` is asked only about the pod's namespace (the request's, else the pod's own), and only
+    when a CREATE gets as far as the quota; ``trace_context`` becomes the GPU pod's trace annotation.
+    """
+    if req.operation not in (CREATE, UPDATE):
+        return _allowed()
+    if is_empty(req.object):
+        return _errored(HTTP_BAD_REQUEST, NO_CONTENT)
+    try:
+        pod = decode_pod(req.object)
+        old = decode_pod(req.old_object) if req.operation == UPDATE and not is_empty(req.old_object) else None
+    except InvalidInput as err:
+        return _errored(HTTP_BAD_REQUEST, str(err))
+    if req.operation == UPDATE:
+        return _guards(req, pod, old, policy) or _allowed(pod=pod)
+    try:
+        return _create(req, pod, policy, namespaces, trace_context)
+    except InvalidInput as err:  # a quantity that does not parse: Go's decoder would have refused the pod
+        return _errored(HTTP_BAD_REQUEST, str(err), pod)
+
+
+def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: AdmissionPolicy) -> Verdict | None:
+    user = req.user_info.username
+    if user not in policy.system_users:
+        key = touched_reserved_annotation(pod.annotations, None if old is None else old.annotations)
+        if key is not None:
+            return _denied(RESERVED_ANNOTATION.format(key=key, user=user or "an anonymous user"), pod)
+    names = _gpu_resource_names(policy.resources)
+    for ctr in pod.spec.ephemeral_containers:
+        res = ctr.as_resources()
+        for name in names:
+            if res.asks_for(name):
+                return _denied(EPHEMERAL_GPU.format(name=ctr.name, resource=name), pod)
+    return None
+
+
+def _gpu_resource_names(config: ResourceConfig) -> tuple[str, ...]:
+    return (config.count_name, config.memory_name, config.memory_percentage_name, config.core_name)
+
+
+def _other_scheduler(pod: PodView, policy: AdmissionPolicy) -> bool:
+    name = pod.spec.scheduler_name or ""
+    return (
+        name != ""
+        and (name != DEFAULT_SCHEDULER or not policy.force_overwrite_default_scheduler)
+        and (policy.scheduler_name == "" or name != policy.scheduler_name)
+    )
+
+
+def _create(
+    req: AdmissionRequest,
+    pod: PodView,
+    policy: AdmissionPolicy,
+    namespaces: NamespaceSource,
+    trace_context: str | None,
+) -> Verdict:
+    if not pod.spec.containers:
+        return _denied(NO_CONTAINERS, pod)
+    guarded = _guards(req, pod, None, policy)
+    if guarded is not None:
+        return guarded
+    if _other_scheduler(pod, policy):
+        return _allowed(OTHER_SCHEDULER, pod)
+    edits = PodEdits()
+    mutated: dict[ContainerList, list[ContainerResources]] = {ContainerList.INIT: [], ContainerList.APP: []}
+    gpu_containers = 0
+    runtime_class = pod.spec.runtime_class_name
+    namespace = namespaces.namespace(req.namespace or pod.metadata.namespace)
+    for which, containers in ((ContainerList.INIT, pod.spec.init_containers), (ContainerList.APP, pod.spec.containers)):
+        for index, ctr in enumerate(containers):
+            res = ctr.as_resources()
+            try:
+                validate_percentage(res, policy.resources)
+            except InvalidInput as err:
+                return _errored(HTTP_INTERNAL, str(err), pod)
+            edit = edits.container(which, index)
+            has_gpu, res = _mutate_container(ctr, res, edit, policy, namespace.may_disable_control)
+            mutated[which].append(res)
+            if has_gpu:
+                gpu_containers += 1
+                if runtime_class is None and policy.runtime_class_name:
+                    runtime_class = edits.runtime_class_name = policy.runtime_class_name
+    for ctr in (*pod.spec.init_containers, *pod.spec.containers):
+        if gpu_containers and ctr.privileged:
+            return _denied(PRIVILEGED.format(name=ctr.name), pod)
+    if gpu_containers and policy.scheduler_name:
+        edits.scheduler_name = policy.scheduler_name
+        if pod.spec.node_name:
+            return _denied(NODE_ASSIGNED, pod)
+    memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], policy.resources)
+    if (memory or cores) and not namespace.quota.fits(memory, cores, policy.resources.memory_factor):
+        return _denied(QUOTA_EXCEEDED, pod)
+    if gpu_containers and trace_context and TRACE_CONTEXT not in pod.annotations:
+        edits.annotations[TRACE_CONTEXT] = trace_context
+    patch = () if edits.empty else render_patch(pod, edits)
+    return Verdict(Outcome.ALLOWED, HTTP_OK, "", patch, pod, gpu_containers)
+
+
+def _mutate_container(
+    ctr: ContainerSpec, res: ContainerResources, edit: ContainerEdit, policy: AdmissionPolicy, may_disable: bool
+) -> tuple[bool, ContainerResources]:
+    """NVIDIA's ``MutateAdmission`` for one container (hami-protocol §3); returns (has a GPU, new resources)."""
+    config = policy.resources
+    priority = res.limits.get(config.priority_name)
+    if priority is not None:
+        edit.env_added.append(EnvVar(name=CUDA_TASK_PRIORITY, value=str(value(priority))))
+    if policy.gpu_core_policy not in ("", DEFAULT_CORE_POLICY):
+        edit.env_added.append(EnvVar(name=GPU_CORE_UTILIZATION_POLICY, value=policy.gpu_core_policy))
+    has_gpu = config.count_name in res.limits
+    if not has_gpu and needs_default_gpu_num(res, config):
+        edit.limits[config.count_name] = str(config.default_gpu_num)
+        has_gpu = True
+    if edit.limits:
+        res = ContainerResources(res.name, {**res.limits, **edit.limits}, res.requests)
+    if is_exclusive(res, config):
+        edit.limits[config.core_name] = EXCLUSIVE_CORES
+        res = ContainerResources(res.name, {**res.limits, config.core_name: EXCLUSIVE_CORES}, res.requests)
+        has_gpu = True
+    if not has_gpu and policy.overwrite_env:
+        edit.env_added.append(EnvVar(name=NVIDIA_VISIBLE_DEVICES, value=NVIDIA_VISIBLE_NONE))
+    if has_gpu and not may_disable and ctr.env:
+        edit.env_removed.extend(i for i, env in enumerate(ctr.env) if env.name == CUDA_DISABLE_CONTROL)
+    return has_gpu, res
+
+
+def quota_demand(
+    init: list[ContainerResources], app: list[ContainerResources], config: ResourceConfig
+) -> tuple[int, int]:
+    """The pod's (MiB, cores) against the quota: the larger of the init peak and the app sum, per field.
+
+    MiB come from HAMi's request (a percentage-only request counts 0 MiB at admission); a container whose
+    request HAMi would drop (memory that is no whole number, or out of int32) counts nothing.
+    """
+    init_memory = init_cores = app_memory = app_cores = 0
+    for group, is_init in ((init, True), (app, False)):
+        for res in group:
+            try:
+                request = container_request(res, config)
+            except InvalidInput:
+                request = None
+            if request is None:
+                continue
+            memory, cores = request.memreq * request.nums, request.coresreq * request.nums
+            if is_init:
+                init_memory, init_cores = max(init_memory, memory), max(init_cores, cores)
+            else:
+                app_memory, app_cores = app_memory + memory, app_cores + cores
+    return max(init_memory, app_memory), max(init_cores, app_cores)

@@ -1,0 +1,63 @@
+"""The webhook's FastAPI application, assembled in :func:`create_app`.
+
+The lifespan opens what the routes use: the rules' policy, the watch caches (quota, GPU pods,
+namespaces) when ``watch_cluster`` is on, and the best-effort event publisher when ``publish_events`` is
+on. Long-lived tasks run in one TaskGroup that the lifespan cancels on shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
+
+from fastapi import FastAPI
+
+from hami_common.bus import Bus
+from hami_common.kube import KubeClient
+from hami_common.settings import load
+from hami_webhook.cluster import ClusterState, parse_label_rule
+from hami_webhook.deps import State
+from hami_webhook.publisher import EventPublisher, Publisher
+from hami_webhook.reviewer import Reviewer
+from hami_webhook.routes import admission, health
+from hami_webhook.settings import WebhookSettings
+
+__all__ = ["create_app"]
+
+_NATS_GIVE_UP_S = 30.0
+
+
+def create_app(settings: WebhookSettings | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        s = settings if settings is not None else load(WebhookSettings, [])  # env is read here, once
+        policy = s.policy()
+        async with AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
+            tasks: list[asyncio.Task[None]] = []
+            reviewer = Reviewer(policy)
+            ready: Callable[[], bool] = lambda: True  # noqa: E731 - replaced when there are caches
+            if s.watch_cluster:
+                kube = await stack.enter_async_context(KubeClient.from_settings(s))
+                cluster = ClusterState(kube, policy.resources, parse_label_rule(s.disable_control_label))
+                tasks.append(tg.create_task(cluster.run(), name="webhook caches"))
+                reviewer.namespaces = cluster
+                ready = lambda: cluster.synced  # noqa: E731
+            if s.publish_events:
+                publisher = EventPublisher(capacity=s.event_queue, timeout=s.publish_timeout)
+
+                async def connect() -> AbstractAsyncContextManager[Publisher]:
+                    return await Bus.connect(s, give_up_after=_NATS_GIVE_UP_S)
+
+                tasks.append(tg.create_task(publisher.run(connect), name="admission events"))
+                reviewer.events = publisher
+            try:
+                yield {"settings": s, "reviewer": reviewer, "ready": ready}
+            finally:
+                for task in tasks:
+                    task.cancel()
+
+    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app.include_router(admission.router)
+    app.include_router(health.router)
+    return app

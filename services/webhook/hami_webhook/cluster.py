@@ -1,0 +1,110 @@
+"""What the webhook keeps from the apiserver: watch caches of ResourceQuotas, placed GPU pods and namespaces.
+
+The request path reads only this in-memory state (no per-request I/O). Until the caches have listed once,
+:meth:`ClusterState.namespace` answers with what it has (no quota, no permission to disable control):
+the webhook is not ready until then (``/readyz``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+
+import msgspec
+
+from hami_common.annotations import VGPU_NODE
+from hami_common.kube import (
+    Backoff,
+    KubeClient,
+    ListWatch,
+    ObjectMeta,
+    Pod,
+    ResourceQuota,
+    WatchCache,
+    pod_source,
+    quota_source,
+)
+from hami_common.resources import ResourceConfig
+from hami_webhook.admission import NamespaceState
+from hami_webhook.quota import QuotaBook
+
+__all__ = ["ClusterState", "LabelRule", "Namespace", "parse_label_rule"]
+
+
+class Namespace(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """A core/v1 Namespace; only its labels matter here."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelRule:
+    """``key`` (the label is present) or ``key=value`` (it has that value)."""
+
+    key: str
+    value: str | None = None
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        found = labels.get(self.key)
+        return found is not None and (self.value is None or found == self.value)
+
+
+def parse_label_rule(text: str) -> LabelRule | None:
+    """A rule from its setting; None for an empty setting (no namespace matches)."""
+    text = text.strip()
+    if not text:
+        return None
+    key, sep, val = text.partition("=")
+    return LabelRule(key.strip(), val.strip() if sep else None)
+
+
+@dataclass(eq=False)
+class ClusterState:
+    """The caches and the quota book built from them. ``await run()`` inside the app's TaskGroup."""
+
+    kube: KubeClient
+    config: ResourceConfig = field(default_factory=ResourceConfig)
+    disable_control_rule: LabelRule | None = None
+    book: QuotaBook = field(init=False)
+    quotas: WatchCache[ResourceQuota] = field(init=False)
+    pods: WatchCache[Pod] = field(init=False)
+    namespaces: WatchCache[Namespace] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        s = self.kube.settings
+        backoff = Backoff(initial=s.kube_backoff_initial, cap=s.kube_backoff_max)
+        self.book = QuotaBook(self.config)
+        self.quotas = WatchCache(quota_source(self.kube), backoff=backoff, name="resourcequotas")
+        self.quotas.add_handler(self.book.on_quota)
+        self.pods = WatchCache(pod_source(self.kube, label_selector=VGPU_NODE), backoff=backoff, name="gpu pods")
+        self.pods.add_handler(self.book.on_pod)
+        if self.disable_control_rule is not None:
+            source = ListWatch(self.kube, "namespaces", Namespace, self.kube.core.list_namespace)
+            self.namespaces = WatchCache(source, backoff=backoff, name="namespaces")
+
+    def _caches(self) -> list[WatchCache[ResourceQuota] | WatchCache[Pod] | WatchCache[Namespace]]:
+        caches: list[WatchCache[ResourceQuota] | WatchCache[Pod] | WatchCache[Namespace]] = [self.quotas, self.pods]
+        if self.namespaces is not None:
+            caches.append(self.namespaces)
+        return caches
+
+    async def run(self) -> None:
+        """List and watch until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            for cache in self._caches():
+                tg.create_task(cache.run(), name=f"watch {cache.name}")
+
+    @property
+    def synced(self) -> bool:
+        return all(cache.synced.is_set() for cache in self._caches())
+
+    async def wait_synced(self) -> None:
+        for cache in self._caches():
+            await cache.synced.wait()
+
+    def namespace(self, name: str) -> NamespaceState:
+        may_disable = False
+        if self.disable_control_rule is not None and self.namespaces is not None:
+            ns = self.namespaces.get("", name)
+            may_disable = ns is not None and self.disable_control_rule.matches(ns.metadata.labels)
+        return NamespaceState(quota=self.book.quota(name), may_disable_control=may_disable)

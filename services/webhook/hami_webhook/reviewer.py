@@ -1,0 +1,129 @@
+"""One admission, end to end: decode the envelope, trace, judge, announce, encode the answer.
+
+This is the webhook's protocol edge: an envelope that cannot be read is HTTP 400 (with an AdmissionReview
+body that says why); everything else is HTTP 200 with an AdmissionReview carrying the request's uid in
+the apiVersion it came in. The request path does no I/O: caches are in memory, events are only queued.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from opentelemetry import context as otel_context
+from opentelemetry.trace import SpanKind
+
+from hami_common import logkeys, spans, subjects
+from hami_common.errors import InvalidInput
+from hami_common.events import AdmissionEvent
+from hami_common.tracing import TRACEPARENT, context_from_headers, to_annotation, tracer
+from hami_webhook.admission import AdmissionPolicy, NamespaceSource, NamespaceState, Outcome, Verdict, admit
+from hami_webhook.patch import encode_patch
+from hami_webhook.publisher import EventPublisher
+from hami_webhook.review import (
+    ADMISSION_V1,
+    JSON_PATCH,
+    AdmissionRequest,
+    AdmissionResponse,
+    ResponseReview,
+    ResultStatus,
+    decode_review,
+    encode_review,
+)
+
+__all__ = ["HTTP_BAD_REQUEST", "Answer", "NoCluster", "Reviewer", "error_review"]
+
+log = logging.getLogger(__name__)
+
+HTTP_OK: Final = 200
+HTTP_BAD_REQUEST: Final = 400
+HTTP_INTERNAL: Final = 500
+FORBIDDEN: Final = "Forbidden"
+
+Answer = tuple[int, bytes]  # HTTP status, JSON body
+
+
+class NoCluster:
+    """No caches: no quota is known and no namespace may disable control."""
+
+    def namespace(self, name: str) -> NamespaceState:
+        return NamespaceState()
+
+
+def error_review(code: int, message: str, uid: str = "", api_version: str = ADMISSION_V1) -> bytes:
+    response = AdmissionResponse(uid=uid, allowed=False, status=ResultStatus(code=code, message=message))
+    return encode_review(ResponseReview(api_version=api_version, response=response))
+
+
+def _response(req: AdmissionRequest, verdict: Verdict) -> AdmissionResponse:
+    reason = FORBIDDEN if verdict.outcome is Outcome.DENIED else ""
+    status = ResultStatus(code=verdict.code, message=verdict.message, reason=reason)
+    if not verdict.patch:
+        return AdmissionResponse(uid=req.uid, allowed=verdict.allowed, status=status)
+    return AdmissionResponse(
+        uid=req.uid, allowed=True, status=status, patch=encode_patch(verdict.patch), patch_type=JSON_PATCH
+    )
+
+
+@dataclass(eq=False)
+class Reviewer:
+    policy: AdmissionPolicy
+    namespaces: NamespaceSource = field(default_factory=NoCluster)
+    events: EventPublisher | None = None
+    stats: Counter[str] = field(default_factory=Counter)
+
+    def review(self, body: bytes, headers: Mapping[str, str] | None = None) -> Answer:
+        try:
+            envelope, req = decode_review(body)
+        except InvalidInput as err:
+            self.stats["malformed"] += 1
+            log.warning("bad AdmissionReview (%d bytes): %s", len(body), err)
+            return HTTP_BAD_REQUEST, error_review(HTTP_BAD_REQUEST, str(err))
+        parent = None
+        if headers is not None and TRACEPARENT in headers:
+            parent = context_from_headers({TRACEPARENT: headers[TRACEPARENT]})
+        with tracer().start_as_current_span(spans.ADMIT, context=parent, kind=SpanKind.SERVER) as span:
+            verdict = admit(req, self.policy, self.namespaces, to_annotation())
+            span.set_attribute("hami.admission.outcome", verdict.outcome.value)
+            span.set_attribute("hami.admission.gpu_containers", verdict.gpu_containers)
+            self._record(req, verdict)
+            body_out = encode_review(ResponseReview(api_version=envelope.api_version, response=_response(req, verdict)))
+        return HTTP_OK, body_out
+
+    def _record(self, req: AdmissionRequest, verdict: Verdict) -> None:
+        self.stats[verdict.outcome.value] += 1
+        pod = verdict.pod
+        namespace = req.namespace or (pod.metadata.namespace if pod else "")
+        name = req.name or (pod.metadata.name or pod.metadata.generate_name if pod else "")
+        uid = pod.metadata.uid if pod else ""
+        if not verdict.allowed:
+            log.info(
+                "%s %s %s/%s: %s",
+                verdict.outcome.value,
+                req.operation,
+                namespace,
+                name,
+                verdict.message,
+                extra={logkeys.POD_UID: uid, logkeys.NAMESPACE: namespace, logkeys.POD: name},
+            )
+        if self.events is None or pod is None:
+            return
+        try:
+            subject = subjects.admission(namespace)
+        except InvalidInput:
+            return  # not a namespace name: nothing to announce it on
+        event = AdmissionEvent(
+            pod_uid=uid,
+            namespace=namespace,
+            name=name,
+            allowed=verdict.allowed,
+            mutated=bool(verdict.patch),
+            gpu_containers=verdict.gpu_containers,
+            reason=verdict.message,
+            at_ns=time.time_ns(),
+        )
+        self.events.offer(subject, event, otel_context.get_current())

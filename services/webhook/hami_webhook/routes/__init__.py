@@ -1,0 +1,1 @@
+"""The webhook's HTTP routes: ``POST /webhook`` and the health probes."""

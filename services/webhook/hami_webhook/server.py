@@ -1,0 +1,61 @@
+"""Serving the app with uvicorn over TLS, the certificate reloaded when its files change.
+
+uvicorn builds its own SSL context from file names once; the webhook instead hands it the
+:class:`~hami_webhook.tls.ReloadingCertificate`'s context, which a watcher task refreshes. Signals belong
+to :mod:`hami_common.service`, which sets ``stop``; uvicorn's own signal capture is switched off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+from fastapi import FastAPI
+
+from hami_webhook.settings import WebhookSettings
+from hami_webhook.tls import ReloadingCertificate
+
+__all__ = ["WebhookServer", "serve"]
+
+
+class WebhookServer(uvicorn.Server):
+    """uvicorn without its signal handlers: the service's ``stop`` event ends it."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, ReloadingCertificate | None]:
+    config = uvicorn.Config(
+        app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on"
+    )
+    config.load()
+    cert = None
+    if settings.tls_cert_file:
+        cert = ReloadingCertificate(Path(settings.tls_cert_file), Path(settings.tls_key_file))
+        config.ssl = cert.context
+    return config, cert
+
+
+async def serve(
+    app: FastAPI, settings: WebhookSettings, stop: asyncio.Event, sock: socket.socket | None = None
+) -> None:
+    """Serve until ``stop`` is set (or the server ends by itself); ``sock``: an already bound socket."""
+    config, cert = _config(app, settings)
+    server = WebhookServer(config)
+    async with asyncio.TaskGroup() as tg:
+        serving = tg.create_task(server.serve(sockets=None if sock is None else [sock]), name="uvicorn")
+        stopping = tg.create_task(stop.wait(), name="stop")
+        watching = None
+        if cert is not None:
+            watching = tg.create_task(cert.watch(settings.tls_reload_seconds), name="certificate watch")
+        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        server.should_exit = True
+        stopping.cancel()
+        if watching is not None:
+            watching.cancel()
