@@ -43,6 +43,10 @@ HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
 HTTP_INTERNAL: Final = 500
 FORBIDDEN: Final = "Forbidden"
+# Span attributes of the admission span.
+ATTR_OUTCOME: Final = "admission.outcome"
+ATTR_GPU_CONTAINERS: Final = "admission.gpu_containers"
+ATTR_NAMESPACE: Final = "k8s.namespace.name"
 
 Answer = tuple[int, bytes]  # HTTP status, JSON body
 
@@ -88,8 +92,9 @@ class Reviewer:
             parent = context_from_headers({TRACEPARENT: headers[TRACEPARENT]})
         with tracer().start_as_current_span(spans.ADMIT, context=parent, kind=SpanKind.SERVER) as span:
             verdict = admit(req, self.policy, self.namespaces, to_annotation())
-            span.set_attribute("hami.admission.outcome", verdict.outcome.value)
-            span.set_attribute("hami.admission.gpu_containers", verdict.gpu_containers)
+            span.set_attribute(ATTR_OUTCOME, verdict.outcome.value)
+            span.set_attribute(ATTR_GPU_CONTAINERS, verdict.gpu_containers)
+            span.set_attribute(ATTR_NAMESPACE, req.namespace)
             self._record(req, verdict)
             body_out = encode_review(ResponseReview(api_version=envelope.api_version, response=_response(req, verdict)))
         return HTTP_OK, body_out
