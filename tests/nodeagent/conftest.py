@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -67,3 +68,28 @@ def kube_settings(emulator: KubeApiEmulator, tmp_path: Path) -> KubeSettings:
 async def kube(kube_settings: KubeSettings) -> AsyncIterator[KubeClient]:
     async with KubeClient.from_settings(kube_settings) as connected:
         yield connected
+
+
+@pytest.fixture
+async def node(kube: KubeClient) -> str:
+    """This test's GPU node, created through the official client."""
+    core: Any = kube.core  # the official client, untyped here: bodies are plain JSON
+    await asyncio.to_thread(core.create_node, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    return NODE
+
+
+async def create_pod(kube: KubeClient, name: str, *, containers: tuple[str, ...] = ("main",)) -> str:
+    """A pod already bound to this test's node; returns its UID."""
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"nodeName": NODE, "containers": [{"name": c, "image": "cuda"} for c in containers]},
+    }
+    core: Any = kube.core
+    created = await asyncio.to_thread(core.create_namespaced_pod, "default", body)
+    return str(created.metadata.uid)
+
+
+async def delete_pod(kube: KubeClient, name: str) -> None:
+    await asyncio.to_thread(kube.core.delete_namespaced_pod, name, "default")

@@ -1,0 +1,147 @@
+"""Node registration (hami-protocol §2.2, §2.3): what this node's GPUs look like to the scheduler.
+
+:func:`register_devices` is HAMi's device-plugin arithmetic (pure). :class:`Registrar` polls the inventory,
+patches ``hami.io/node-nvidia-register`` (and ``hami.io/node-nvidia-score`` when topology scoring is on) only
+when a value differs from what was last written, checks the node itself every ``register_interval`` (so an
+annotation removed by someone else comes back), and publishes a :class:`NodeInventory` with every change and
+every full check. Health is polled every ``health_interval``, so a GPU that fails is registered unhealthy on the
+next poll rather than at the next full check.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Final, Protocol
+
+import msgspec
+from opentelemetry.context import Context
+
+from hami_common import logkeys, subjects
+from hami_common.annotations import NODE_REGISTER, NODE_SCORE, DeviceInfo, encode_node_devices, encode_pair_scores
+from hami_common.errors import HamiError
+from hami_common.events import NodeInventory
+from hami_common.inventory import MODE_HAMI_CORE, Gpu, GpuInventory, NodeDeviceConfig, pair_scores
+from hami_common.kube import EventRecorder, NodePatcher, ObjectReference
+
+__all__ = ["ASYMMETRIC_LINK_REASON", "NVIDIA_PREFIX", "Publisher", "Registrar", "register_devices", "visible_gpus"]
+
+log = logging.getLogger(__name__)
+
+NVIDIA_PREFIX: Final = "NVIDIA"
+ASYMMETRIC_LINK_REASON: Final = "AsymmetricGPUP2PLink"
+_CORE_UNIT: Final = 100
+
+
+class Publisher(Protocol):
+    async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None: ...
+
+
+def visible_gpus(gpus: Sequence[Gpu], config: NodeDeviceConfig) -> tuple[Gpu, ...]:
+    """The GPUs not excluded by ``filterdevices``."""
+    return tuple(g for g in gpus if g.uuid not in config.filter_uuids and g.index not in config.filter_indices)
+
+
+def register_devices(gpus: Sequence[Gpu], config: NodeDeviceConfig) -> tuple[DeviceInfo, ...]:
+    """One ``DeviceInfo`` per visible GPU, as HAMi's device plugin registers it (register.go:92-207)."""
+    devices: list[DeviceInfo] = []
+    for gpu in visible_gpus(gpus, config):
+        memory = gpu.memory_mib or config.preconfigured_memory_mib
+        if config.memory_scaling != 1:
+            memory = int(memory * config.memory_scaling)
+        devices.append(
+            DeviceInfo(
+                id=gpu.uuid,
+                index=gpu.index,
+                count=config.split_count,
+                devmem=memory,
+                devcore=int(config.core_scaling * _CORE_UNIT),
+                type=gpu.model if gpu.model.startswith(NVIDIA_PREFIX) else f"{NVIDIA_PREFIX}-{gpu.model}",
+                numa=max(gpu.numa, 0),
+                mode=MODE_HAMI_CORE,
+                health=gpu.healthy,
+            )
+        )
+    return tuple(devices)
+
+
+@dataclass(eq=False)
+class Registrar:
+    node: str
+    inventory: GpuInventory
+    nodes: NodePatcher
+    publisher: Publisher
+    config: NodeDeviceConfig = field(default_factory=NodeDeviceConfig)
+    topology: bool = False
+    events: EventRecorder | None = None
+    clock: Callable[[], int] = time.time_ns
+    register_interval: float = 30.0
+    health_interval: float = 5.0
+    patches: int = 0  # how many times the node was patched: a test or a metric reads it
+    scans: int = 0
+    _sent: dict[str, str] = field(default_factory=dict)
+    _devices: tuple[DeviceInfo, ...] | None = None
+    _reported_pairs: set[tuple[str, str]] = field(default_factory=set)
+
+    async def scan(self, *, check_node: bool = False) -> bool:
+        """Poll the inventory once; patch what changed; True if the node was patched. Raises HamiError."""
+        gpus = visible_gpus(await asyncio.to_thread(self.inventory.gpus), self.config)
+        devices = register_devices(gpus, self.config)
+        wanted = {NODE_REGISTER: encode_node_devices(devices)}
+        if self.topology:
+            report = pair_scores(gpus)
+            wanted[NODE_SCORE] = encode_pair_scores(report.scores)
+            await self._warn_asymmetric(report.asymmetric)
+        if check_node:
+            annotations = (await self.nodes.get_node(self.node)).metadata.annotations
+            current = {key: annotations.get(key, "") for key in wanted}
+        else:
+            current = dict(self._sent)
+        changes = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if changes:
+            await self.nodes.patch_node_annotations(self.node, changes)
+            self.patches += 1
+            log.info("registered %d GPUs of %s", len(devices), self.node, extra={logkeys.NODE: self.node})
+        self._sent = wanted
+        self.scans += 1
+        if changes or check_node or devices != self._devices:
+            self._devices = devices
+            event = NodeInventory(node=self.node, devices=devices, at_ns=self.clock())
+            await self.publisher.publish(subjects.inventory(self.node), event)
+        return bool(changes)
+
+    async def _warn_asymmetric(self, pairs: Sequence[tuple[str, str]]) -> None:
+        for a, b in pairs:
+            if (a, b) in self._reported_pairs:
+                continue
+            self._reported_pairs.add((a, b))
+            log.warning("GPUs %s and %s see different link counts; their pair scores 0", a, b)
+            if self.events is not None:
+                ref = ObjectReference(api_version="v1", kind="Node", name=self.node)
+                await self.events.record(
+                    ref, "Warning", ASYMMETRIC_LINK_REASON, f"GPU {a} and {b} report asymmetric P2P links"
+                )
+
+    async def run(self) -> None:
+        """Scan every ``health_interval`` and check the node every ``register_interval``, until cancelled.
+
+        A failed scan (inventory unreadable, apiserver down) is logged and retried at the next poll.
+        """
+        loop = asyncio.get_running_loop()
+        next_check = loop.time()
+        while True:
+            check = loop.time() >= next_check
+            try:
+                await self.scan(check_node=check)
+                if check:
+                    next_check = loop.time() + self.register_interval
+            except HamiError as err:
+                log.warning("registration of %s failed, retrying: %s", self.node, err, extra={logkeys.NODE: self.node})
+                next_check = loop.time()  # after an error, check the node itself again
+            except Exception:  # the loop's edge: a bug is logged with its traceback, the agent keeps serving
+                log.exception("registration of %s failed unexpectedly", self.node)
+                next_check = loop.time()
+            await asyncio.sleep(self.health_interval)  # the poll period, not a wait for a condition
