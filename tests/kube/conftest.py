@@ -8,9 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client, config
+
 from hami_common.kube import KubeClient, KubeSettings
 from hami_sim.kubeapi import KubeApiEmulator
-from kubernetes import client, config
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
+
 from hami_common.kube import Backoff, Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
 from hami_sim.kubeapi import KubeApiEmulator, find_resource
 from hami_sim.waiting import eventually
-
 from tests.kube.conftest import node_body, pod_body
 
 FAST = Backoff(initial=0.01, cap=0.1)

@@ -6,11 +6,11 @@ import asyncio
 from typing import Any
 
 import pytest
+
 from hami_common.annotations import VGPU_NODE
 from hami_common.errors import Conflict, InvalidInput, NotFound, TransientError
 from hami_common.kube import Backoff, KubeClient, KubeSettings, Node, update_node_annotations
 from hami_sim.kubeapi import KubeApiEmulator
-
 from tests.kube.conftest import node_body, pod_body
 
 FAST = Backoff(initial=0.005, cap=0.05)

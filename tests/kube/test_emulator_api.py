@@ -6,10 +6,10 @@ import json
 from typing import Any
 
 import pytest
-from hami_sim.kubeapi import KubeApiEmulator
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from hami_sim.kubeapi import KubeApiEmulator
 from tests.kube.conftest import node_body, pod_body
 
 MERGE = "application/merge-patch+json"

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hami_sim.kubeapi import KubeApiEmulator
 
+from hami_sim.kubeapi import KubeApiEmulator
 from tests.kube.conftest import node_body, pod_body
 
 KUBECTL = shutil.which("kubectl", path=str(Path(sys.executable).parent)) or shutil.which("kubectl")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from kubernetes import client
+
 from hami_common.kube import (
     Action,
     EventRecorder,
@@ -16,8 +18,6 @@ from hami_common.kube import (
     holds_lease,
     reference_to,
 )
-from kubernetes import client
-
 from tests.kube.conftest import pod_body
 
 

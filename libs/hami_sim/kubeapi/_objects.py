@@ -153,6 +153,7 @@ def validate(rt: ResourceType, obj: JsonObj) -> None:
 
 def prepare_create(rt: ResourceType, obj: JsonObj, namespace: str | None, now: str, uid: str) -> JsonObj:
     """The object as stored on create: identity, timestamps and defaults filled in, system fields reset."""
+    obj = check_shape(obj)
     kind, api_version = obj.get("kind"), obj.get("apiVersion")
     if (kind and kind != rt.kind) or (api_version and api_version != rt.api_version):
         raise bad_request(f"the object kind {api_version}/{kind} does not match {rt.api_version}/{rt.kind}")
