@@ -32,10 +32,11 @@ def test_query_string_is_ignored(webhook: ServedWebhook) -> None:
     assert response_of(plain.content) == response_of(with_timeout.content)
 
 
-@pytest.mark.parametrize(
-    "fixture", ["admission.k8s.io.v1.AdmissionReview.json", "admission.k8s.io.v1beta1.AdmissionReview.json"]
-)
-def test_upstream_review_of_a_custom_object_gets_an_errored_answer_in_its_version(
+UPSTREAM_REVIEWS = ["admission.k8s.io.v1.AdmissionReview.json", "admission.k8s.io.v1beta1.AdmissionReview.json"]
+
+
+@pytest.mark.parametrize("fixture", UPSTREAM_REVIEWS)
+def test_upstream_review_is_answered_in_its_own_version_with_its_uid(
     webhook: ServedWebhook, shared_fixtures: Path, fixture: str
 ) -> None:
     sent = json.loads((shared_fixtures / "k8s" / fixture).read_text())
@@ -43,10 +44,20 @@ def test_upstream_review_of_a_custom_object_gets_an_errored_answer_in_its_versio
     assert answer.status_code == 200
     body = json.loads(answer.content)
     assert body["apiVersion"] == sent["apiVersion"]
-    assert body["response"]["uid"] == sent["request"]["uid"]
-    # operationValue is no operation the webhook judges: it lets the request through untouched
-    assert body["response"]["allowed"] is True
-    assert "patch" not in body["response"]
+    # "operationValue" is no operation the webhook judges: the request passes untouched
+    assert body["response"] == {"uid": sent["request"]["uid"], "allowed": True, "status": {"code": 200}}
+
+
+@pytest.mark.parametrize("fixture", UPSTREAM_REVIEWS)
+def test_upstream_create_of_a_custom_object_is_errored_400(
+    webhook: ServedWebhook, shared_fixtures: Path, fixture: str
+) -> None:
+    sent = json.loads((shared_fixtures / "k8s" / fixture).read_text())
+    sent["request"]["operation"] = "CREATE"
+    response = webhook.admit(sent)
+    assert response["allowed"] is False
+    assert response["status"]["code"] == 400
+    assert "CustomType" in response["status"]["message"]
 
 
 def test_upstream_full_field_pod_is_decoded_and_judged(webhook: ServedWebhook, shared_fixtures: Path) -> None:
