@@ -1,0 +1,160 @@
+"""The extender's FastAPI application: ``create_app(settings)`` assembles routers and the lifespan.
+
+The lifespan opens the Kubernetes client, starts the pod/node/quota watches that keep the ledger current,
+the event and lock-release workers, leader election, and the NATS connection (in the background: the
+extender serves without NATS). Every task belongs to one TaskGroup and is cancelled after ``yield``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime
+
+from fastapi import FastAPI
+
+from hami_common import subjects
+from hami_common.bus import Bus, Delivery, placement_stream
+from hami_common.errors import HamiError
+from hami_common.events import AllocationResult
+from hami_common.kube import (
+    Backoff,
+    EventRecorder,
+    KubeClient,
+    LeaderElector,
+    WatchCache,
+    node_source,
+    pod_source,
+    quota_source,
+)
+from hami_extender.binder import Binder
+from hami_extender.deps import State
+from hami_extender.handoff import NodeHandoff
+from hami_extender.leadership import Leadership
+from hami_extender.ledger import Ledger
+from hami_extender.notices import NoticeQueue
+from hami_extender.placer import Placer
+from hami_extender.publisher import PlacementPublisher
+from hami_extender.readiness import Readiness
+from hami_extender.routes import extender, health
+from hami_extender.settings import ExtenderSettings
+from hami_extender.sync import LedgerSync
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+_BUS_RETRY_S = 30.0
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def _keep_bus(settings: ExtenderSettings, publisher: PlacementPublisher, binder: Binder) -> None:
+    """Connect to NATS (retrying forever), declare the placement stream, follow allocation results."""
+
+    async def on_allocated(event: AllocationResult, delivery: Delivery) -> None:
+        binder.allocated(event.pod_uid, event.ok)
+
+    while True:
+        try:
+            bus = await Bus.connect(settings, give_up_after=_BUS_RETRY_S)
+            break
+        except HamiError as err:
+            log.warning("NATS unreachable, scheduling goes on without placements on the bus: %s", err)
+    try:
+        try:
+            await bus.ensure_stream(placement_stream())
+        except HamiError as err:
+            log.warning("placement stream not declared: %s", err)
+        await bus.subscribe(subjects.wildcard(subjects.ALLOCATED), AllocationResult, on_allocated)
+        publisher.bus = bus
+        await asyncio.Event().wait()  # until cancelled
+    finally:
+        publisher.bus = None
+        await bus.drain()
+
+
+def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[State]:
+        s = settings or ExtenderSettings()
+        async with KubeClient.from_settings(s.kube()) as kube:
+            backoff = Backoff(initial=0.2, cap=10.0)
+            pods = WatchCache(pod_source(kube), backoff=backoff, name="pods")
+            nodes = WatchCache(node_source(kube, label_selector=s.node_label_selector), backoff=backoff, name="nodes")
+            quotas = WatchCache(quota_source(kube), backoff=backoff, name="resourcequotas")
+            ledger = Ledger()
+            notices = NoticeQueue()
+            publisher = PlacementPublisher(timeout=s.publish_timeout)
+            binder = Binder(
+                ledger=ledger,
+                handoff=NodeHandoff(expiry=s.node_lock_timeout),
+                kube=kube,
+                cached_pod=pods.get,
+                publisher=publisher,
+                notices=notices,
+                clock=_now,
+                resources=s.resource_config(),
+                handoff_wait=s.handoff_wait,
+                call_timeout=s.kube_timeout,
+            )
+            sync = LedgerSync(ledger, on_pod_gone=binder.pod_done, on_bind_settled=binder.pod_done)
+            pods.add_handler(sync.on_pod)
+            nodes.add_handler(sync.on_node)
+            quotas.add_handler(sync.on_quota)
+            elector = (
+                LeaderElector(
+                    leases=kube,
+                    namespace=s.lease_namespace,
+                    name=s.lease_name,
+                    identity=s.candidate(),
+                    lease_duration=s.lease_duration,
+                    renew_deadline=s.lease_duration * 2 / 3,
+                    retry_period=max(s.lease_duration / 7.5, 0.1),
+                )
+                if s.leader_elect
+                else None
+            )
+            placer = Placer(
+                ledger=ledger,
+                pods=kube,
+                notices=notices,
+                clock=_now,
+                defaults=s.policies(),
+                resources=s.resource_config(),
+                patch_timeout=s.kube_timeout,
+            )
+            recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
+            async with asyncio.TaskGroup() as tg:
+                tasks = [
+                    tg.create_task(pods.run(), name="watch:pods"),
+                    tg.create_task(nodes.run(), name="watch:nodes"),
+                    tg.create_task(quotas.run(), name="watch:quotas"),
+                    tg.create_task(notices.run(recorder), name="events"),
+                    tg.create_task(binder.run_unlocks(), name="unlocks"),
+                    tg.create_task(_keep_bus(s, publisher, binder), name="bus"),
+                ]
+                if elector is not None:
+                    tasks.append(tg.create_task(elector.run(), name="leader-election"))
+                try:
+                    yield {
+                        "settings": s,
+                        "ledger": ledger,
+                        "placer": placer,
+                        "binder": binder,
+                        "leadership": Leadership(identity=s.candidate(), elector=elector),
+                        "publisher": publisher,
+                        "readiness": Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait),
+                    }
+                finally:
+                    for task in tasks:
+                        task.cancel()
+
+    app = FastAPI(lifespan=lifespan, title="hami-extender")
+    app.include_router(extender.router)
+    app.include_router(health.router)
+    return app

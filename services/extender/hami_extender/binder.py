@@ -1,0 +1,240 @@
+"""Bind (hami-protocol §4.10) with the node hand-off of ARCHITECTURE §3.
+
+Hold the node (in memory, and with HAMi's ``hami.io/mutex.lock`` annotation so mixed deployments stay
+safe), mark the pod ``allocating`` with its bind time, POST ``pods/binding``, then publish the placement.
+The hold ends on the pod's allocation results, its deletion, its settled bind phase, or a failed bind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+
+from hami_common import logkeys, spans
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_ALLOCATING,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    BIND_TIME,
+    NODE_LOCK,
+    TRACE_CONTEXT,
+    NodeLock,
+    decode_node_lock,
+    encode_node_lock,
+    encode_unix_seconds,
+)
+from hami_common.errors import AnnotationError, Conflict, HamiError, TransientError
+from hami_common.events import ContainerPlacement, PlacedDevice, PlacementDecision
+from hami_common.kube import (
+    AnnotationChanges,
+    Node,
+    NodePatcher,
+    Pod,
+    PodBinder,
+    PodPatcher,
+    PodReader,
+    reference_to,
+    update_node_annotations,
+)
+from hami_common.resources import ResourceConfig
+from hami_common.tracing import context_from_annotation, tracer
+from hami_extender.handoff import NodeHandoff
+from hami_extender.ledger import Booking, Ledger
+from hami_extender.notices import BINDING_FAILED, BINDING_SUCCEED, NoticeQueue
+from hami_extender.placer import request_of
+from hami_extender.publisher import PlacementPublisher
+from hami_extender.sync import booking_from
+from hami_extender.wire import BindingArgs
+
+__all__ = ["BindPort", "Binder", "placement_of"]
+
+log = logging.getLogger(__name__)
+
+
+class BindPort(PodReader, PodPatcher, NodePatcher, PodBinder, Protocol):
+    """What Bind needs of the apiserver; :class:`hami_common.kube.KubeClient` is one."""
+
+
+def placement_of(pod: Pod, booking: Booking, bind_time: datetime, config: ResourceConfig) -> PlacementDecision:
+    """The bus message for a bound pod: containers as in the annotations, init containers first."""
+    request = request_of(pod, config)
+    names = [(c.name, True) for c in pod.spec.init_containers] + [(c.name, False) for c in pod.spec.containers]
+    containers = []
+    for i, (name, init) in enumerate(names):
+        grants = booking.grants[i] if i < len(booking.grants) else ()
+        req = request.containers[i] if i < len(request.containers) else None
+        containers.append(
+            ContainerPlacement(
+                name=name,
+                init=init,
+                devices=tuple(
+                    PlacedDevice(uuid=g.uuid, type=g.type, usedmem_mib=g.usedmem, usedcores=g.usedcores) for g in grants
+                ),
+                priority=req.priority if req is not None else None,
+            )
+        )
+    return PlacementDecision(
+        pod_uid=pod.metadata.uid,
+        namespace=pod.metadata.namespace,
+        name=pod.metadata.name,
+        node=booking.node,
+        containers=tuple(containers),
+        bind_time_ns=int(bind_time.timestamp() * 1e9),
+    )
+
+
+@dataclass(eq=False)
+class Binder:
+    ledger: Ledger
+    handoff: NodeHandoff
+    kube: BindPort
+    cached_pod: Callable[[str, str], Pod | None]
+    publisher: PlacementPublisher
+    notices: NoticeQueue
+    clock: Callable[[], datetime]
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
+    handoff_wait: float = 10.0
+    call_timeout: float = 10.0
+    _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
+    unlock_failures: int = 0
+
+    # --- bind ------------------------------------------------------------------------------------------------
+
+    async def bind(self, args: BindingArgs) -> None:
+        """Bind the pod or raise a ``HamiError``; every failure undoes the reservation and the hold."""
+        try:
+            pod = await self._pod(args)
+        except HamiError:
+            self.ledger.release(args.pod_uid)
+            raise
+        uid = pod.metadata.uid
+        with tracer().start_as_current_span(
+            spans.BIND, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
+        ) as span:
+            span.set_attribute(logkeys.POD_UID, uid)
+            span.set_attribute(logkeys.NODE, args.node)
+            try:
+                booking, bind_time = await self._bind(pod, args.node)
+            except (HamiError, TimeoutError) as err:
+                self.ledger.release(uid)
+                self._end_hold(uid)
+                message = str(err) or "timed out"
+                self.notices.emit(reference_to(pod, "Pod"), "Warning", BINDING_FAILED, message)
+                log.warning(
+                    "bind of pod %s/%s to %s failed: %s",
+                    pod.metadata.namespace,
+                    pod.metadata.name,
+                    args.node,
+                    message,
+                    extra={logkeys.POD_UID: uid, logkeys.NODE: args.node},
+                )
+                if isinstance(err, TimeoutError):
+                    raise TransientError(f"bind of pod {pod.metadata.name} timed out") from err
+                raise
+            self.notices.emit(
+                reference_to(pod, "Pod"),
+                "Normal",
+                BINDING_SUCCEED,
+                f"Successfully binding node [{args.node}] to {pod.metadata.namespace}/{pod.metadata.name}",
+            )
+            if booking is not None:
+                await self.publisher.publish(placement_of(pod, booking, bind_time, self.resources))
+
+    async def _pod(self, args: BindingArgs) -> Pod:
+        pod = self.cached_pod(args.pod_namespace, args.pod_name)
+        if pod is None or (args.pod_uid and pod.metadata.uid != args.pod_uid):
+            async with asyncio.timeout(self.call_timeout):
+                pod = await self.kube.get_pod(args.pod_namespace, args.pod_name)
+        if args.pod_uid and pod.metadata.uid != args.pod_uid:
+            raise Conflict(f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.metadata.uid}, not {args.pod_uid}")
+        return pod
+
+    async def _bind(self, pod: Pod, node: str) -> tuple[Booking | None, datetime]:
+        meta = pod.metadata
+        booking = self.ledger.booking(meta.uid)
+        if booking is None:
+            booking = booking_from(pod)
+        if booking is not None and booking.node != node:
+            raise Conflict(f"pod {meta.namespace}/{meta.name} was filtered to {booking.node}, not {node}")
+        if booking is not None and any(booking.grants[booking.init_count :]):
+            expected = sum(1 for g in booking.grants if g)
+            await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
+            async with asyncio.timeout(self.call_timeout):
+                await update_node_annotations(self.kube, node, lambda n: self._lock_changes(n, pod))
+        bind_time = self.clock()
+        async with asyncio.timeout(self.call_timeout):
+            await self.kube.patch_pod_annotations(
+                meta.namespace,
+                meta.name,
+                {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)},
+            )
+            await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid)
+        return booking, bind_time
+
+    def _lock_changes(self, node: Node, pod: Pod) -> AnnotationChanges:
+        """HAMi's LockNode: take a free, expired, own or orphaned lock; refuse a live lock of another pod."""
+        meta = pod.metadata
+        mine = encode_node_lock(NodeLock(locked_at=self.clock(), namespace=meta.namespace, name=meta.name))
+        current = node.metadata.annotations.get(NODE_LOCK)
+        if not current:
+            return {NODE_LOCK: mine}
+        try:
+            lock = decode_node_lock(current)
+        except AnnotationError:
+            return {NODE_LOCK: mine}  # unreadable: HAMi treats it as expired
+        if lock.held_by(meta.namespace, meta.name) or self.clock() - lock.locked_at >= timedelta(
+            seconds=self.handoff.expiry
+        ):
+            return {NODE_LOCK: mine}
+        holder = self.cached_pod(lock.namespace, lock.name) if lock.namespace else None
+        settled = holder is not None and holder.metadata.annotations.get(BIND_PHASE) in (
+            BIND_PHASE_SUCCESS,
+            BIND_PHASE_FAILED,
+        )
+        if lock.namespace and (holder is None or settled):
+            return {NODE_LOCK: mine}  # the holder is gone or done: take it over
+        raise Conflict(
+            f"node {node.metadata.name} has been locked within {self.handoff.expiry:g}s: node lock contention"
+        )
+
+    # --- ending holds ----------------------------------------------------------------------------------------
+
+    def _end_hold(self, uid: str) -> None:
+        hold = self.handoff.release(uid)
+        if hold is not None:
+            self._unlocks.put_nowait((hold.node, hold.namespace, hold.name))
+
+    def pod_done(self, uid: str) -> None:
+        """The pod was deleted, finished, or its bind phase settled: its hold ends now."""
+        self._end_hold(uid)
+
+    def allocated(self, uid: str, ok: bool) -> None:
+        """One AllocationResult from the bus."""
+        hold = self.handoff.served(uid, ok)
+        if hold is not None:
+            self._unlocks.put_nowait((hold.node, hold.namespace, hold.name))
+
+    async def run_unlocks(self) -> None:
+        """Remove HAMi's lock annotation of ended holds (owned by the lifespan)."""
+        while True:
+            node, namespace, name = await self._unlocks.get()
+
+            def changes(n: Node, namespace: str = namespace, name: str = name) -> AnnotationChanges:
+                value = n.metadata.annotations.get(NODE_LOCK)
+                try:
+                    held = value is not None and decode_node_lock(value).held_by(namespace, name)
+                except AnnotationError:
+                    held = False
+                return {NODE_LOCK: None} if held else {}
+
+            try:
+                async with asyncio.timeout(self.call_timeout):
+                    await update_node_annotations(self.kube, node, changes)
+            except (HamiError, TimeoutError) as err:
+                self.unlock_failures += 1
+                log.warning("lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})

@@ -1,0 +1,206 @@
+"""The cluster allocation ledger: registered cards, pods' bookings, namespace quota usage.
+
+Plain data, no I/O: the watch handlers (:mod:`.sync`) and Filter update it, incrementally. Every change
+touches only the node it concerns, whose :class:`NodeView` (usage, score, and the pre-filter summary) is
+recomputed from that node's registration and bookings, so Filter never recomputes usage from all pods.
+Rebuilt from annotations after a restart, it is identical to the one kept incrementally.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+
+from hami_common.annotations import DeviceInfo, PodDevices
+from hami_common.scheduling import (
+    DeviceCharge,
+    NamespaceQuota,
+    NodeUsage,
+    apply_charges,
+    device_usage_from,
+    node_score,
+)
+
+__all__ = ["Booking", "Ledger", "LedgerState", "NodeView", "Registration"]
+
+_FULL_CORES = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    """What a node offers: its cards (registration order), pair scores and cordoned cards."""
+
+    devices: tuple[DeviceInfo, ...]
+    pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    cordoned: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
+class Booking:
+    """One pod's hold on one node: its grants per container (init first) and the collapsed charges."""
+
+    uid: str
+    namespace: str
+    name: str
+    node: str
+    grants: PodDevices
+    init_count: int
+    charges: tuple[DeviceCharge, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """One node as Filter reads it: usage with every booking applied, its score, and a cheap summary."""
+
+    usage: NodeUsage
+    score: float
+    free_cards: int  # healthy, uncordoned cards with a free slot
+    max_free_memory: int  # MiB, over those cards
+    max_free_cores: int
+
+    def may_fit(self, nums: int, memreq: int, cores: int) -> bool:
+        """A sound pre-filter: False only when no card set could satisfy one container's request."""
+        return (
+            nums <= self.free_cards
+            and memreq <= self.max_free_memory
+            and min(cores, _FULL_CORES) <= (self.max_free_cores)
+        )
+
+
+def _view(usage: NodeUsage) -> NodeView:
+    free = [d for d in usage.devices if d.health and d.has_free_slot and d.id not in usage.cordoned]
+    return NodeView(
+        usage=usage,
+        score=node_score(usage.devices),
+        free_cards=len(free),
+        max_free_memory=max((d.free_memory for d in free), default=-1),
+        max_free_cores=max((d.totalcore - d.usedcores for d in free), default=-1),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerState:
+    """A comparable picture of the ledger, for tests and diagnostics."""
+
+    nodes: Mapping[str, NodeUsage]
+    bookings: Mapping[str, Booking]
+    quota_used: Mapping[str, tuple[int, int]]
+
+
+class Ledger:
+    """Not thread-safe: used from the event loop only, and never across an ``await``."""
+
+    def __init__(self) -> None:
+        self._registrations: dict[str, Registration] = {}
+        self._views: dict[str, NodeView] = {}
+        self._bookings: dict[str, Booking] = {}
+        self._by_node: dict[str, set[str]] = {}
+        self._limits: dict[str, NamespaceQuota] = {}
+        self._used: dict[str, tuple[int, int]] = {}
+        self.version = 0  # bumped on every change
+
+    # --- nodes ---------------------------------------------------------------------------------------------
+
+    def register(self, node: str, registration: Registration) -> None:
+        if self._registrations.get(node) == registration:
+            return
+        self._registrations[node] = registration
+        self._rebuild(node)
+
+    def forget(self, node: str) -> None:
+        if self._registrations.pop(node, None) is not None:
+            self._views.pop(node, None)
+            self.version += 1
+
+    def _rebuild(self, node: str) -> None:
+        registration = self._registrations[node]
+        usage = NodeUsage(
+            name=node,
+            devices=tuple(device_usage_from(d) for d in registration.devices),
+            pair_scores=registration.pair_scores,
+            cordoned=registration.cordoned,
+        )
+        for uid in sorted(self._by_node.get(node, ())):
+            usage = apply_charges(usage, self._bookings[uid].charges)
+        self._views[node] = _view(usage)
+        self.version += 1
+
+    def view(self, node: str) -> NodeView | None:
+        return self._views.get(node)
+
+    def views(self) -> Iterator[tuple[str, NodeView]]:
+        return iter(self._views.items())
+
+    def __contains__(self, node: str) -> bool:
+        return node in self._views
+
+    # --- bookings ------------------------------------------------------------------------------------------
+
+    def booking(self, uid: str) -> Booking | None:
+        return self._bookings.get(uid)
+
+    def book(self, booking: Booking) -> None:
+        """Add or replace a pod's booking; a no-op when it is the same as the one held."""
+        previous = self._bookings.get(booking.uid)
+        if previous == booking:
+            return
+        if previous is not None:
+            self.release(booking.uid)
+        self._bookings[booking.uid] = booking
+        self._by_node.setdefault(booking.node, set()).add(booking.uid)
+        self._charge_quota(booking, 1)
+        self._apply(booking, 1)
+
+    def release(self, uid: str) -> Booking | None:
+        booking = self._bookings.pop(uid, None)
+        if booking is None:
+            return None
+        holders = self._by_node.get(booking.node)
+        if holders is not None:
+            holders.discard(uid)
+            if not holders:
+                del self._by_node[booking.node]
+        self._charge_quota(booking, -1)
+        self._apply(booking, -1)
+        return booking
+
+    def _apply(self, booking: Booking, sign: int) -> None:
+        view = self._views.get(booking.node)
+        if view is not None:
+            self._views[booking.node] = _view(apply_charges(view.usage, booking.charges, sign))
+        self.version += 1
+
+    # --- quota ---------------------------------------------------------------------------------------------
+
+    def set_quota(self, namespace: str, limits: NamespaceQuota | None) -> None:
+        if limits is None or (limits.memory_limit is None and limits.cores_limit is None):
+            self._limits.pop(namespace, None)
+        else:
+            self._limits[namespace] = limits
+
+    def quota(self, namespace: str) -> NamespaceQuota | None:
+        limits = self._limits.get(namespace)
+        if limits is None:
+            return None
+        mem, cores = self._used.get(namespace, (0, 0))
+        return NamespaceQuota(
+            memory_limit=limits.memory_limit, cores_limit=limits.cores_limit, used_memory=mem, used_cores=cores
+        )
+
+    def _charge_quota(self, booking: Booking, sign: int) -> None:
+        mem, cores = self._used.get(booking.namespace, (0, 0))
+        mem += sign * sum(c.usedmem for c in booking.charges)
+        cores += sign * sum(c.usedcores for c in booking.charges)
+        if mem == 0 and cores == 0:
+            self._used.pop(booking.namespace, None)
+        else:
+            self._used[booking.namespace] = (mem, cores)
+
+    # --- inspection ----------------------------------------------------------------------------------------
+
+    def state(self) -> LedgerState:
+        return LedgerState(
+            nodes={name: view.usage for name, view in sorted(self._views.items())},
+            bookings=dict(sorted(self._bookings.items())),
+            quota_used=dict(sorted(self._used.items())),
+        )

@@ -1,0 +1,228 @@
+"""Filter (hami-protocol §4.4): choose one node and its cards, reserve them, write HAMi's annotations.
+
+Nodes are visited best-first by the node policy on their cached scores; a cheap summary rules out nodes
+that cannot hold the request before the per-card fit runs, and the first node that fits is the answer
+(the node HAMi's sort would put last). Only when no node fits is every node fitted, so each failed node
+gets HAMi's reason text. The reservation is made before the patch and undone if the patch fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from hami_common import logkeys, spans
+from hami_common.annotations import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    TRACE_CONTEXT,
+    VGPU_NODE,
+    VGPU_TIME,
+    encode_pod_devices,
+    encode_unix_seconds,
+)
+from hami_common.errors import HamiError, InvalidInput, TransientError
+from hami_common.kube import Container, ObjectReference, Pod, PodPatcher, reference_to
+from hami_common.resources import ContainerResources, PodRequest, ResourceConfig, pod_request
+from hami_common.scheduling import (
+    NodeFit,
+    NodeUsage,
+    PodPreferences,
+    Reason,
+    SchedulerDefaults,
+    choose_node,
+    device_usage_from,
+    fit_node,
+    preference,
+    preferences_from_annotations,
+)
+from hami_common.tracing import context_from_annotation, tracer
+from hami_extender.ledger import Booking, Ledger, NodeView
+from hami_extender.notices import FILTERING_FAILED, FILTERING_SUCCEED, NoticeQueue
+from hami_extender.sync import registration_from
+from hami_extender.wire import FilterArgs, FilterResult, RawNodeList
+
+__all__ = ["Placer", "request_of"]
+
+log = logging.getLogger(__name__)
+
+
+def request_of(pod: Pod, config: ResourceConfig) -> PodRequest:
+    def resources(containers: Sequence[Container]) -> list[ContainerResources]:
+        return [
+            ContainerResources(name=c.name, limits=c.resources.limits, requests=c.resources.requests)
+            for c in containers
+        ]
+
+    return pod_request(resources(pod.spec.init_containers), resources(pod.spec.containers), config)
+
+
+@dataclass(eq=False)
+class Placer:
+    ledger: Ledger
+    pods: PodPatcher
+    notices: NoticeQueue
+    clock: Callable[[], datetime]
+    defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
+    resources: ResourceConfig = field(default_factory=ResourceConfig)
+    patch_timeout: float = 10.0
+
+    def _preferences(self, pod: Pod) -> PodPreferences:
+        try:
+            return preferences_from_annotations(pod.metadata.annotations, pod.metadata.namespace, self.defaults)
+        except InvalidInput as err:
+            raise InvalidInput(f"calcScore failed {err} for pod {pod.metadata.name}") from err
+
+    async def filter(self, args: FilterArgs) -> FilterResult:
+        pod = args.pod
+        assert pod is not None  # the codec refuses args without a pod
+        request = request_of(pod, self.resources)
+        if not request.has_devices:
+            return FilterResult(node_names=args.node_names)
+        prefs = self._preferences(pod)
+        if args.nodes is not None:
+            return self._simulate(args, request, prefs)
+        with tracer().start_as_current_span(
+            spans.FILTER, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
+        ) as span:
+            span.set_attribute(logkeys.POD_UID, pod.metadata.uid)
+            return await self._place(pod, args.node_names or [], request, prefs)
+
+    # --- the node-cache path -------------------------------------------------------------------------------
+
+    def _fit(self, view: NodeView, request: PodRequest, prefs: PodPreferences) -> NodeFit:
+        return fit_node(
+            view.usage,
+            request,
+            prefs,
+            quota=self.ledger.quota(prefs.namespace),
+            memory_factor=self.defaults.memory_factor,
+            score=view.score,
+        )
+
+    def _choose(
+        self, names: Sequence[str], request: PodRequest, prefs: PodPreferences
+    ) -> tuple[NodeFit | None, list[NodeFit]]:
+        failed: list[NodeFit] = []
+        heap: list[tuple[float, int, str]] = []
+        for position, name in enumerate(names):
+            view = self.ledger.view(name)
+            if view is None:
+                failed.append(NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}))
+                continue
+            heap.append((-preference(view.score, prefs.node_policy), -position, name))
+        heapq.heapify(heap)
+        checks = [(r.nums, r.memreq, r.coresreq) for r in request.containers if r is not None]
+        skipped: list[NodeView] = []
+        while heap:
+            _, _, name = heapq.heappop(heap)
+            view = self.ledger.view(name)
+            assert view is not None
+            if not all(view.may_fit(*check) for check in checks):
+                skipped.append(view)
+                continue
+            fit = self._fit(view, request, prefs)
+            if fit.fits:
+                return fit, failed
+            failed.append(fit)
+        failed.extend(self._fit(view, request, prefs) for view in skipped)
+        return None, failed
+
+    async def _place(self, pod: Pod, names: Sequence[str], request: PodRequest, prefs: PodPreferences) -> FilterResult:
+        meta = pod.metadata
+        self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
+        chosen, failed = self._choose(names, request, prefs)
+        failed_nodes = {fit.node: fit.reason for fit in failed}
+        ref = reference_to(pod, "Pod")
+        if chosen is None:
+            self._report_failure(ref, failed)
+            return FilterResult(failed_nodes=failed_nodes)
+        booking = Booking(
+            uid=meta.uid,
+            namespace=meta.namespace,
+            name=meta.name,
+            node=chosen.node,
+            grants=chosen.grants,
+            init_count=chosen.init_count,
+            charges=chosen.charges,
+        )
+        self.ledger.book(booking)  # reserve before the patch: a concurrent Filter sees these cards taken
+        encoded = encode_pod_devices(chosen.grants)
+        changes: dict[str, str | None] = {
+            VGPU_NODE: chosen.node,
+            VGPU_TIME: encode_unix_seconds(self.clock()),
+            DEVICES_TO_ALLOCATE: encoded,
+            DEVICES_ALLOCATED: encoded,
+        }
+        try:
+            async with asyncio.timeout(self.patch_timeout):
+                await self.pods.patch_pod_annotations(meta.namespace, meta.name, changes)
+        except (HamiError, TimeoutError) as err:
+            self.ledger.release(meta.uid)
+            log.warning(
+                "filter: patch of pod %s/%s failed, reservation undone: %s",
+                meta.namespace,
+                meta.name,
+                err,
+                extra={logkeys.POD_UID: meta.uid},
+            )
+            if isinstance(err, TimeoutError):
+                raise TransientError(f"patch of pod {meta.namespace}/{meta.name} timed out") from err
+            raise
+        self.notices.emit(
+            ref,
+            "Normal",
+            FILTERING_SUCCEED,
+            f"find fit node({chosen.node}), {len(failed)} nodes not fit, 1 nodes fit({chosen.node}:{chosen.score:.2f})",
+        )
+        log.info(
+            "filter: pod %s/%s -> %s %s",
+            meta.namespace,
+            meta.name,
+            chosen.node,
+            encoded,
+            extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
+        )
+        return FilterResult(node_names=[chosen.node], failed_nodes=failed_nodes)
+
+    def _report_failure(self, ref: ObjectReference, failed: Sequence[NodeFit]) -> None:
+        self.notices.emit(ref, "Warning", FILTERING_FAILED, f"no available node, {len(failed)} nodes do not meet")
+        by_reason: dict[str, list[str]] = defaultdict(list)
+        for fit in failed:
+            for why in fit.rejected:
+                by_reason[str(why)].append(fit.node)
+        for text, nodes in sorted(by_reason.items()):
+            self.notices.emit(ref, "Warning", FILTERING_FAILED, f"{len(nodes)} nodes {text}({','.join(nodes)})")
+
+    # --- the dry-run path (hami-protocol §7.4): full nodes, no usage, no side effects ----------------------
+
+    def _simulate(self, args: FilterArgs, request: PodRequest, prefs: PodPreferences) -> FilterResult:
+        assert args.nodes is not None
+        fits: list[NodeFit] = []
+        raw_by_name = {}
+        for node, raw in zip(args.node_objects, args.nodes.items, strict=False):
+            name = node.metadata.name
+            raw_by_name[name] = raw
+            try:
+                registration = registration_from(node)
+            except HamiError:
+                registration = None
+            if registration is None:
+                fits.append(NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}))
+                continue
+            usage = NodeUsage(
+                name=name,
+                devices=tuple(device_usage_from(d) for d in registration.devices),
+                pair_scores=registration.pair_scores,
+                cordoned=registration.cordoned,
+            )
+            fits.append(fit_node(usage, request, prefs, memory_factor=self.defaults.memory_factor))
+        chosen = choose_node(fits, prefs.node_policy)
+        failed = {f.node: f.reason for f in fits if not f.fits}
+        items = [raw_by_name[chosen.node]] if chosen is not None else []
+        return FilterResult(nodes=RawNodeList(items=items), failed_nodes=failed)

@@ -1,0 +1,1 @@
+"""One router per endpoint group: the extender verbs and the probes."""

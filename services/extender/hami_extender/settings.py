@@ -1,0 +1,67 @@
+"""The extender's settings: flags, then ``HAMI_*`` environment variables (hami_common.settings)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+
+from hami_common.kube import KubeSettings
+from hami_common.resources import ResourceConfig
+from hami_common.scheduling import SchedulerDefaults
+from hami_common.settings import BusSettings, setting
+
+__all__ = ["ExtenderSettings"]
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderSettings(BusSettings):
+    """HAMi-compatible kube-scheduler extender: /filter, /bind, /prioritize."""
+
+    http_host: str = setting("127.0.0.1", "address the HTTP API listens on")
+    http_port: int = setting(8080, "port of the HTTP API")
+    tls_cert_file: str = setting("", "PEM certificate; with a key, the API is served over HTTPS")
+    tls_key_file: str = setting("", "PEM private key of the certificate")
+    bearer_token: str = setting("", "if set, requests must carry 'Authorization: Bearer <token>'")
+    kubeconfig: str = setting("", "kubeconfig path; empty: in-cluster config, else $KUBECONFIG")
+    kube_context: str = setting("", "kubeconfig context (empty: the current one)")
+    kube_timeout: float = setting(10.0, "seconds each API request may take")
+    kube_watch_seconds: int = setting(300, "seconds a watch stays open before it is renewed")
+    scheduler_name: str = setting("hami-scheduler", "component name on the Events it records")
+    node_scheduler_policy: str = setting("binpack", "default node policy: binpack or spread")
+    gpu_scheduler_policy: str = setting("spread", "default GPU policy: binpack, spread, topology-aware, mutex, numa")
+    node_label_selector: str = setting("", "only nodes matching this label selector are watched")
+    memory_factor: int = setting(1, "nvidia memoryFactor: MiB requests are multiplied by it")
+    default_memory: int = setting(0, "nvidia defaultMemory in MiB (0: the whole card)")
+    default_cores: int = setting(0, "nvidia defaultCores")
+    leader_elect: bool = setting(False, "hold a Lease and serve /filter and /bind only while leading")
+    lease_name: str = setting("hami-scheduler", "name of the leader-election Lease")
+    lease_namespace: str = setting("kube-system", "namespace of the leader-election Lease")
+    lease_duration: int = setting(15, "seconds a Lease holder is trusted without renewing")
+    identity: str = setting("", "leader-election identity (empty: the host name)")
+    node_lock_timeout: float = setting(300.0, "seconds after which a node hand-off (HAMi lock) is taken over")
+    handoff_wait: float = setting(10.0, "seconds a bind waits for another pod's hand-off on the same node")
+    sync_wait: float = setting(5.0, "seconds a request waits for the caches' first sync")
+    publish_timeout: float = setting(2.0, "seconds a placement publish to NATS may take")
+
+    def kube(self) -> KubeSettings:
+        return KubeSettings(
+            kubeconfig=self.kubeconfig,
+            kube_context=self.kube_context,
+            kube_timeout=self.kube_timeout,
+            kube_watch_seconds=self.kube_watch_seconds,
+        )
+
+    def policies(self) -> SchedulerDefaults:
+        return SchedulerDefaults(
+            node_policy=self.node_scheduler_policy,
+            gpu_policy=self.gpu_scheduler_policy,
+            memory_factor=self.memory_factor,
+        )
+
+    def resource_config(self) -> ResourceConfig:
+        return ResourceConfig(
+            memory_factor=self.memory_factor, default_memory=self.default_memory, default_cores=self.default_cores
+        )
+
+    def candidate(self) -> str:
+        return self.identity or socket.gethostname()

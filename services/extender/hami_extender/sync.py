@@ -1,0 +1,148 @@
+"""From watched Kubernetes objects to ledger entries (hami-protocol §4.2): pure readers and one handler.
+
+A pod holds cards when it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and has not
+finished; once every init container has exited 0, only its app containers count. A node is registered
+while ``hami.io/node-nvidia-register`` lists at least one card.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from hami_common import logkeys
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    DEVICES_ALLOCATED,
+    NODE_REGISTER,
+    NODE_SCORE,
+    VGPU_NODE,
+    decode_node_devices,
+    decode_pair_scores,
+    decode_pod_devices,
+)
+from hami_common.errors import AnnotationError
+from hami_common.kube import Change, Node, Pod, ResourceQuota
+from hami_common.scheduling import collapse_devices, cordoned_devices, quota_from_hard
+from hami_extender.ledger import Booking, Ledger, Registration
+
+__all__ = ["FINISHED_PHASES", "LedgerSync", "booking_from", "registration_from"]
+
+log = logging.getLogger(__name__)
+
+FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+
+
+def registration_from(node: Node) -> Registration | None:
+    """The node's cards, or None when it registers none. Raises ``AnnotationError`` for a bad value."""
+    annotations = node.metadata.annotations
+    value = annotations.get(NODE_REGISTER)
+    if not value:
+        return None
+    devices = decode_node_devices(value)
+    if not devices:
+        return None
+    scores: Mapping[str, Mapping[str, int]] = {}
+    score_text = annotations.get(NODE_SCORE)
+    if score_text:
+        try:
+            scores = decode_pair_scores(score_text)
+        except AnnotationError as err:
+            log.warning(
+                "node %s: ignoring pair scores: %s", node.metadata.name, err, extra={logkeys.NODE: node.metadata.name}
+            )
+    return Registration(devices=devices, pair_scores=scores, cordoned=cordoned_devices(annotations))
+
+
+def _init_done(pod: Pod) -> bool:
+    statuses = pod.status.init_container_statuses
+    if not pod.spec.init_containers or len(statuses) < len(pod.spec.init_containers):
+        return False
+    return all(s.state.terminated is not None and s.state.terminated.exit_code == 0 for s in statuses)
+
+
+def booking_from(pod: Pod) -> Booking | None:
+    """What the pod holds according to its annotations; None when it holds nothing (any more)."""
+    meta = pod.metadata
+    node = meta.annotations.get(VGPU_NODE)
+    allocated = meta.annotations.get(DEVICES_ALLOCATED)
+    if not node or not allocated or pod.status.phase in FINISHED_PHASES:
+        return None
+    init_count = len(pod.spec.init_containers)
+    decoded = decode_pod_devices(allocated, DEVICES_ALLOCATED)
+    grants = decoded[: init_count + len(pod.spec.containers)] if pod.spec.containers else decoded
+    init, app = grants[:init_count], grants[init_count:]
+    if _init_done(pod):
+        init = ()
+    return Booking(
+        uid=meta.uid,
+        namespace=meta.namespace,
+        name=meta.name,
+        node=node,
+        grants=grants,
+        init_count=init_count,
+        charges=collapse_devices(init, app),
+    )
+
+
+@dataclass(eq=False)
+class LedgerSync:
+    """Watch handlers that keep the ledger current; ``on_pod_gone`` and ``on_bind_phase`` tell the hand-off."""
+
+    ledger: Ledger
+    on_pod_gone: Callable[[str], None] = lambda uid: None
+    on_bind_settled: Callable[[str], None] = lambda uid: None
+    malformed: int = 0
+    _quotas: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
+
+    def on_pod(self, change: Change[Pod]) -> None:
+        pod = change.obj
+        uid = pod.metadata.uid
+        if change.type == "DELETED":
+            self.ledger.release(uid)
+            self.on_pod_gone(uid)
+            return
+        if VGPU_NODE not in pod.metadata.annotations:
+            return  # not ours yet; a reservation made by Filter stands until the patch is seen
+        try:
+            booking = booking_from(pod)
+        except AnnotationError as err:
+            self.malformed += 1
+            log.warning("pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, err, extra={logkeys.POD_UID: uid})
+            return
+        if booking is None:
+            self.ledger.release(uid)
+            self.on_pod_gone(uid)
+        else:
+            self.ledger.book(booking)
+        if pod.metadata.annotations.get(BIND_PHASE) in (BIND_PHASE_SUCCESS, BIND_PHASE_FAILED):
+            self.on_bind_settled(uid)
+
+    def on_node(self, change: Change[Node]) -> None:
+        name = change.obj.metadata.name
+        if change.type == "DELETED":
+            self.ledger.forget(name)
+            return
+        try:
+            registration = registration_from(change.obj)
+        except AnnotationError as err:
+            self.malformed += 1
+            log.warning("node %s is not registered: %s", name, err, extra={logkeys.NODE: name})
+            registration = None
+        if registration is None:
+            self.ledger.forget(name)
+        else:
+            self.ledger.register(name, registration)
+
+    def on_quota(self, change: Change[ResourceQuota]) -> None:
+        meta = change.obj.metadata
+        quotas = self._quotas.setdefault(meta.namespace, {})
+        if change.type == "DELETED":
+            quotas.pop(meta.name, None)
+        else:
+            quotas[meta.name] = dict(change.obj.spec.hard)
+        self.ledger.set_quota(meta.namespace, quota_from_hard(quotas.values()) if quotas else None)

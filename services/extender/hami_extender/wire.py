@@ -1,0 +1,174 @@
+"""The scheduler-extender wire JSON (k8s.io/kube-scheduler/extender/v1; k8s-interfaces §2.1).
+
+Go writes the struct field names as they are (``NodeNames``, ``FailedNodes``, ``PodUID``) and emits every
+field, ``null`` where unset; its decoder matches keys case-insensitively. Responses here are encoded with
+the exact names; requests are decoded whatever the case of their top-level keys.
+"""
+
+from __future__ import annotations
+
+from typing import Final, TypeVar
+
+import msgspec
+
+from hami_common.errors import InvalidInput
+from hami_common.kube import Container, Node, ObjectMeta, Pod, PodSpec
+
+__all__ = [
+    "MAX_BODY",
+    "BindingArgs",
+    "BindingResult",
+    "FilterArgs",
+    "FilterResult",
+    "HostPriority",
+    "RawNodeList",
+    "decode_binding_args",
+    "decode_filter_args",
+    "encode",
+]
+
+MAX_BODY: Final = 1 << 20  # HAMi reads bodies through a 1 MiB LimitReader
+
+
+class RawNodeList(msgspec.Struct, frozen=True, kw_only=True):
+    """A v1.NodeList whose items stay raw JSON, so a chosen node is echoed back unchanged."""
+
+    metadata: dict[str, object] = msgspec.field(default_factory=dict)
+    items: list[msgspec.Raw] = msgspec.field(default_factory=list)
+
+
+class FilterResult(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    rename={
+        "nodes": "Nodes",
+        "node_names": "NodeNames",
+        "failed_nodes": "FailedNodes",
+        "failed_and_unresolvable_nodes": "FailedAndUnresolvableNodes",
+        "error": "Error",
+    },
+):
+    """``ExtenderFilterResult``; every field is written, ``null`` where unset."""
+
+    nodes: RawNodeList | None = None
+    node_names: list[str] | None = None
+    failed_nodes: dict[str, str] | None = None
+    failed_and_unresolvable_nodes: dict[str, str] | None = None
+    error: str = ""
+
+
+class BindingArgs(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    rename={"pod_name": "PodName", "pod_namespace": "PodNamespace", "pod_uid": "PodUID", "node": "Node"},
+):
+    pod_name: str = ""
+    pod_namespace: str = ""
+    pod_uid: str = ""
+    node: str = ""
+
+
+class BindingResult(msgspec.Struct, frozen=True, kw_only=True, rename={"error": "Error"}):
+    error: str = ""
+
+
+class HostPriority(msgspec.Struct, frozen=True, kw_only=True, rename={"host": "Host", "score": "Score"}):
+    host: str
+    score: int
+
+
+class _WireSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
+    """The pod spec fields the extender reads; Go writes empty lists as ``null``."""
+
+    node_name: str | None = None
+    scheduler_name: str | None = None
+    containers: tuple[Container, ...] | None = None
+    init_containers: tuple[Container, ...] | None = None
+
+
+class _WirePod(msgspec.Struct, frozen=True, kw_only=True):
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: _WireSpec = msgspec.field(default_factory=_WireSpec)
+
+    def to_pod(self) -> Pod:
+        s = self.spec
+        return Pod(
+            metadata=self.metadata,
+            spec=PodSpec(
+                node_name=s.node_name or "",
+                scheduler_name=s.scheduler_name or "",
+                containers=s.containers or (),
+                init_containers=s.init_containers or (),
+            ),
+        )
+
+
+class FilterArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """``ExtenderArgs`` as decoded: the pod, and node names (node cache) or full nodes (dry run)."""
+
+    pod: Pod | None = None
+    node_names: list[str] | None = None
+    nodes: RawNodeList | None = None
+    node_objects: list[Node] = msgspec.field(default_factory=list)
+
+
+_TOP: Final = msgspec.json.Decoder(dict[str, msgspec.Raw])
+_POD: Final = msgspec.json.Decoder(_WirePod | None)
+_NAMES: Final = msgspec.json.Decoder(list[str] | None)
+_NODES: Final = msgspec.json.Decoder(RawNodeList | None)
+_NODE: Final = msgspec.json.Decoder(Node)
+_BINDING: Final = msgspec.json.Decoder(BindingArgs)
+_ENCODER: Final = msgspec.json.Encoder()
+
+
+def _fields(body: bytes) -> dict[str, msgspec.Raw]:
+    try:
+        top = _TOP.decode(body)
+    except msgspec.DecodeError as err:
+        raise InvalidInput(f"decode extender args: {err}") from err
+    return {key.lower(): value for key, value in top.items()}  # Go matches keys case-insensitively
+
+
+T = TypeVar("T")
+
+
+def _field(decoder: msgspec.json.Decoder[T], raw: msgspec.Raw | None, what: str) -> T | None:
+    if raw is None:
+        return None
+    try:
+        return decoder.decode(raw)
+    except msgspec.DecodeError as err:
+        raise InvalidInput(f"decode extender args: {what}: {err}") from err
+
+
+def decode_filter_args(body: bytes) -> FilterArgs:
+    """Decode ``ExtenderArgs``; raises ``InvalidInput`` for bad JSON and for a missing pod."""
+    fields = _fields(body)
+    pod = _field(_POD, fields.get("pod"), "Pod")
+    if pod is None:
+        raise InvalidInput("extender args missing pod")
+    names = _field(_NAMES, fields.get("nodenames"), "NodeNames")
+    nodes = _field(_NODES, fields.get("nodes"), "Nodes")
+    objects = [_field(_NODE, item, "Nodes.items") for item in nodes.items] if nodes else []
+    return FilterArgs(
+        pod=pod.to_pod(), node_names=names, nodes=nodes, node_objects=[o for o in objects if isinstance(o, Node)]
+    )
+
+
+def decode_binding_args(body: bytes) -> BindingArgs:
+    fields = _fields(body)
+    names = {"podname": "PodName", "podnamespace": "PodNamespace", "poduid": "PodUID", "node": "Node"}
+    canonical = {names[k]: v for k, v in fields.items() if k in names}
+    try:
+        args = _BINDING.decode(_ENCODER.encode(canonical))
+    except msgspec.DecodeError as err:
+        raise InvalidInput(f"decode binding args: {err}") from err
+    if not args.pod_name or not args.node:
+        raise InvalidInput("binding args need PodName and Node")
+    return args
+
+
+def encode(value: msgspec.Struct | list[HostPriority]) -> bytes:
+    return _ENCODER.encode(value)
