@@ -132,19 +132,20 @@ async def test_bad_files_are_skipped_with_one_log_line_each_and_the_scan_goes_on
 async def test_cache_directories_of_vanished_pods_are_removed_after_the_grace(
     kube: KubeClient, pods: PodIndex, tmp_path: Path, inventory_file: Path
 ) -> None:
+    root = tmp_path / "containers"
     uid = await create_pod(kube, "alive")
     gone_uid = await create_pod(kube, "leaving")
     await eventually(lambda: pods.get(uid) and pods.get(gone_uid), what="pods in the watch")
-    live = write_cache(tmp_path / f"{uid}_main" / "x.cache", CACHE).parent
-    leaving = write_cache(tmp_path / f"{gone_uid}_main" / "x.cache", CACHE).parent
-    never = write_cache(tmp_path / "never-seen-uid_main" / "x.cache", CACHE).parent
-    young = write_cache(tmp_path / "young-uid_main" / "x.cache", CACHE).parent
+    live = write_cache(root / f"{uid}_main" / "x.cache", CACHE).parent
+    leaving = write_cache(root / f"{gone_uid}_main" / "x.cache", CACHE).parent
+    never = write_cache(root / "never-seen-uid_main" / "x.cache", CACHE).parent
+    young = write_cache(root / "young-uid_main" / "x.cache", CACHE).parent
     for old in (live, leaving, never):
         os.utime(old, (1_000_000, 1_000_000))
     await delete_pod(kube, "leaving")
     await eventually(lambda: pods.ended(gone_uid), what="deletion seen")
-    await _monitor(tmp_path, inventory_file, pods, Recorder(), dir_grace=60.0).scan()
-    assert sorted(os.listdir(tmp_path)) == sorted([live.name, young.name])
+    await _monitor(root, inventory_file, pods, Recorder(), dir_grace=60.0).scan()
+    assert sorted(os.listdir(root)) == sorted([live.name, young.name])
 
 
 async def test_feedback_is_written_back_into_the_cache_files(
