@@ -12,7 +12,7 @@ import inspect
 import threading
 import time
 from collections.abc import Awaitable, Callable
-from typing import Final, TypeVar
+from typing import Final, TypeVar, overload
 
 __all__ = ["ConditionTimeoutError", "eventually", "eventually_sync"]
 
@@ -29,6 +29,22 @@ class ConditionTimeoutError(AssertionError):
 
 def _next_pause(pause: float) -> float:
     return min(pause * 2, _MAX_PAUSE)
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], Awaitable[T | None]],
+    timeout: float = ...,
+    what: str = ...,  # noqa: ASYNC109
+) -> T: ...
+
+
+@overload
+async def eventually(
+    predicate: Callable[[], T | None],
+    timeout: float = ...,
+    what: str = ...,  # noqa: ASYNC109
+) -> T: ...
 
 
 async def eventually(
