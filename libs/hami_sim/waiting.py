@@ -34,16 +34,16 @@ def _next_pause(pause: float) -> float:
 @overload
 async def eventually(
     predicate: Callable[[], Awaitable[T | None]],
-    timeout: float = ...,
-    what: str = ...,  # noqa: ASYNC109
+    timeout: float = ...,  # noqa: ASYNC109
+    what: str = ...,
 ) -> T: ...
 
 
 @overload
 async def eventually(
     predicate: Callable[[], T | None],
-    timeout: float = ...,
-    what: str = ...,  # noqa: ASYNC109
+    timeout: float = ...,  # noqa: ASYNC109
+    what: str = ...,
 ) -> T: ...
 
 
