@@ -273,3 +273,14 @@ def test_state_survives_a_restart_on_the_same_port(emulator: KubeApiEmulator, co
     emulator.restart()
     assert emulator.port == port
     assert core.read_node("n1").metadata.resource_version == created.metadata.resource_version
+
+
+def test_list_with_limit_pages_with_continue_tokens(core: Any) -> None:
+    for name in ("a", "b", "c"):
+        core.create_node(node_body(name))
+    first = core.list_node(limit=2)
+    assert [n.metadata.name for n in first.items] == ["a", "b"]
+    assert first.metadata.remaining_item_count == 1
+    rest = core.list_node(limit=2, _continue=first.metadata._continue)
+    assert [n.metadata.name for n in rest.items] == ["c"]
+    assert not rest.metadata._continue

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from hami_common.kube._retry import Backoff
 from hami_common.settings import setting
 
 __all__ = ["KubeSettings"]
@@ -20,3 +21,7 @@ class KubeSettings:
     kube_backoff_initial: float = setting(0.2, "first reconnect delay of a broken watch, in seconds")
     kube_backoff_max: float = setting(10.0, "longest reconnect delay of a broken watch, in seconds")
     kube_conflict_retries: int = setting(8, "attempts of a resourceVersion-guarded write before giving up")
+
+    def watch_backoff(self) -> Backoff:
+        """The reconnect backoff of watch caches, from ``kube_backoff_initial`` / ``kube_backoff_max``."""
+        return Backoff(initial=self.kube_backoff_initial, cap=self.kube_backoff_max)

@@ -223,9 +223,10 @@ class Api:
             items = [o for o in items if _sort_key(o) > tuple(start.split("/", 1))]
         limit = query.get("limit")
         if limit and limit.isdigit() and 0 < int(limit) < len(items):
+            remaining = len(items) - int(limit)
             items = items[: int(limit)]
             metadata["continue"] = "/".join(_sort_key(items[-1]))
-            metadata["remainingItemCount"] = 0
+            metadata["remainingItemCount"] = remaining
         if wants_table(request.headers.get("accept", "")):
             table = to_table(target.rt, items, str(rv), query.get("includeObject", "PartialObjectMetadata"))
             table["metadata"] = metadata
@@ -253,7 +254,7 @@ class Api:
             return StreamingResponse(_once(_line("ERROR", err.status())), media_type=JSON)
         timeout = float(query.get("timeoutSeconds") or 0) or None
         bookmarks = query.get("allowWatchBookmarks") in ("1", "true")
-        table = wants_table(request.headers.get("accept", "")) and query.get("includeObject", "") != "x"
+        table = wants_table(request.headers.get("accept", ""))
         include = query.get("includeObject", "PartialObjectMetadata")
 
         def render(kind: str, obj: JsonObj) -> bytes:
