@@ -1,0 +1,61 @@
+"""What the aggregator reads from the bus beyond ``hami_common.events``: proposals for the shared module.
+
+Three message shapes are needed to render every HAMi vGPU-monitor family (hami-protocol §6.2) and to
+see a pod's end; until they move into ``hami_common.events`` they are defined here, and a publisher
+(the node agent) can send them with the same field names and tags:
+
+* :class:`UsageReport` is the aggregator's view of the ``usage`` message: a :class:`UsageSample` with the
+  optional fields of HAMi's monitor that the sample lacks (memory breakdown, last kernel time, the
+  container's device ordinal). It decodes every plain ``UsageSample``; a field the publisher leaves out
+  stays ``None`` and its family is simply not emitted for that container.
+* :class:`DeviceSample` is one GPU's host-wide NVML figures (``hami_host_gpu_*``).
+* :class:`PodEnded` says a pod left a node: deleted, finished, or bound elsewhere. It removes the pod's
+  series at once instead of after the staleness period.
+
+All three travel on ``hami.usage.<node>`` (only node agents publish there), so consumers of that subject
+decode :data:`UsageMessage`, a tagged union.
+"""
+
+from __future__ import annotations
+
+from typing import TypeAlias
+
+from hami_common.events import BusEvent, UsageSample
+
+__all__ = ["DeviceSample", "PodEnded", "UsageMessage", "UsageReport"]
+
+
+class UsageReport(UsageSample, frozen=True, kw_only=True):
+    """A ``usage`` message (same tag as :class:`UsageSample`) with HAMi-core's optional figures."""
+
+    vdevice_index: int | None = None  # the device's ordinal inside the container (the cache file's index)
+    context_bytes: int | None = None
+    module_bytes: int | None = None
+    buffer_bytes: int | None = None
+    last_kernel_at_s: int | None = None  # epoch seconds of the container's latest kernel launch; 0 = none yet
+
+
+class DeviceSample(BusEvent, frozen=True, kw_only=True, tag="device-usage"):
+    """One physical GPU's host-wide figures from NVML, on ``hami.usage.<node>``."""
+
+    node: str
+    device_uuid: str
+    index: int
+    name: str  # the NVML model name, e.g. "Tesla V100-PCIE-32GB"
+    memory_used_bytes: int
+    utilization_percent: int = 0
+    memory_utilization_percent: int = 0
+    at_ns: int
+
+
+class PodEnded(BusEvent, frozen=True, kw_only=True, tag="pod-ended"):
+    """A pod is no longer on ``node`` (deleted, finished, or re-bound elsewhere), on ``hami.usage.<node>``."""
+
+    node: str
+    pod_uid: str
+    namespace: str = ""
+    name: str = ""
+    at_ns: int
+
+
+UsageMessage: TypeAlias = UsageReport | DeviceSample | PodEnded

@@ -1,0 +1,457 @@
+"""The aggregator's picture of the cluster, folded from bus events by pure functions.
+
+``apply(state, event, now_ns)`` returns a new :class:`ClusterState`; ``expire(state, now_ns, retention)``
+drops what has gone quiet. Nothing here reads a clock, the environment or the network: ``now_ns`` is the
+aggregator's receipt time, passed in. Values are frozen and their mappings are never changed after they
+are built (copy on write, one level per touched node), so a scrape can render one state in a worker
+thread while newer states are being folded.
+
+Where the series come from:
+
+* devices (``hami_gpu_*``, ``hami_node_gpu_*``): the node's :class:`NodeInventory`, with usage summed from
+  the placements on that node, each pod collapsed per GPU as HAMi's cache does (hami-protocol §4.9);
+* per-pod allocations (``hami_vgpu_*_allocated_*``): :class:`PlacementDecision`;
+* per-container usage (``hami_vgpu_memory_*``, ``hami_container_*``): usage reports;
+  host GPU figures (``hami_host_gpu_*``): device samples.
+
+A node is alive while its node agent or allocator reports (inventory, usage, device samples, pod ends,
+allocation results). A node silent for ``node_staleness`` disappears with every series it carried.
+A container's usage silent for ``usage_staleness`` disappears on its own. A pod's series disappear when
+its :class:`PodEnded` arrives; its uid is remembered for ``node_staleness`` so that a late sample does not
+bring it back.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final, TypeAlias
+
+from hami_common.annotations import DeviceInfo
+from hami_common.events import (
+    AdmissionEvent,
+    AllocationResult,
+    ContainerPlacement,
+    NodeInventory,
+    PlacementDecision,
+    UsageSample,
+)
+from hami_metrics.histogram import Histogram
+from hami_metrics.messages import DeviceSample, PodEnded, UsageReport
+
+__all__ = [
+    "NS_PER_S",
+    "ClusterState",
+    "ContainerUsage",
+    "Device",
+    "Event",
+    "HostDevice",
+    "NodeState",
+    "PathStats",
+    "PodDevice",
+    "PodOnNode",
+    "Retention",
+    "UsageKey",
+    "apply",
+    "collapse",
+    "expire",
+]
+
+NS_PER_S: Final = 1_000_000_000
+
+# The bus kinds whose delivery lag is measured (label values of hami_bus_delivery_lag_seconds).
+KIND_ADMISSION: Final = "admission"
+KIND_PLACEMENT: Final = "placement"
+KIND_ALLOCATED: Final = "allocated"
+KIND_INVENTORY: Final = "inventory"
+KIND_USAGE: Final = "usage"
+
+UUID_LABEL_CHARS: Final = 40  # the monitor labels a device by the first 40 characters of its UUID
+COLLAPSED_CONTAINER_INDEX: Final = "0"  # the scheduler cache holds one collapsed entry per pod
+
+PATH_STAGED: Final = "staged"
+PATH_FALLBACK: Final = "fallback"
+RESULT_OK: Final = "ok"
+RESULT_FAILED: Final = "failed"
+ADMISSION_MUTATED: Final = "mutated"
+ADMISSION_ALLOWED: Final = "allowed"
+ADMISSION_DENIED: Final = "denied"
+
+Event: TypeAlias = (
+    AdmissionEvent | PlacementDecision | AllocationResult | NodeInventory | UsageSample | DeviceSample | PodEnded
+)
+UsageKey: TypeAlias = tuple[str, str, str]  # pod uid, container name, device uuid
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One registered GPU (``hami.io/node-nvidia-register`` entry, as the inventory carries it)."""
+
+    uuid: str
+    index: int
+    type: str
+    count: int
+    devmem_mib: int
+    devcore: int
+    health: bool
+
+    @classmethod
+    def from_info(cls, info: DeviceInfo) -> Device:
+        return cls(
+            uuid=info.id,
+            index=info.index,
+            type=info.type,
+            count=info.count,
+            devmem_mib=info.devmem,
+            devcore=info.devcore,
+            health=info.health,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class PodDevice:
+    """A pod's collapsed usage of one GPU: what HAMi's scheduler cache counts against the device."""
+
+    uuid: str
+    usedmem_mib: int
+    usedcores: int
+    slots: int
+    series: tuple[str, ...] = ()  # namespace, node, pod, container index, uuid: built once per placement
+
+
+@dataclass(frozen=True, slots=True)
+class PodOnNode:
+    uid: str
+    namespace: str
+    name: str
+    devices: tuple[PodDevice, ...]  # collapsed, sorted by uuid
+    ordinals: Mapping[tuple[str, str], int]  # (container, device uuid) -> the device's index in the container
+    bind_time_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerUsage:
+    pod_uid: str
+    namespace: str
+    pod: str
+    container: str
+    device_uuid: str
+    vdevice_index: int
+    used_bytes: int
+    limit_bytes: int
+    sm_util_percent: int
+    context_bytes: int | None
+    module_bytes: int | None
+    buffer_bytes: int | None
+    last_kernel_at_s: int | None
+    seen_ns: int
+    # The monitor's label values (namespace, pod, container, vdevice index, uuid's first 40 characters),
+    # carried from sample to sample so a scrape meets the same tuple and can reuse what it rendered.
+    series: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class HostDevice:
+    uuid: str
+    index: int
+    name: str
+    memory_used_bytes: int
+    utilization_percent: int
+    memory_utilization_percent: int
+    seen_ns: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    last_seen_ns: int
+    devices: tuple[Device, ...] = ()
+    pods: Mapping[str, PodOnNode] = field(default_factory=dict)
+    usage: Mapping[UsageKey, ContainerUsage] = field(default_factory=dict)
+    host: Mapping[str, HostDevice] = field(default_factory=dict)
+    ended: Mapping[str, int] = field(default_factory=dict)  # pod uid -> when its end was seen
+
+
+@dataclass(frozen=True, slots=True)
+class PathStats:
+    """Cumulative scheduling-path figures (counters and histograms only grow)."""
+
+    admissions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (namespace, result) -> n
+    placements: int = 0
+    allocations: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (path, result) -> n
+    admission_to_bind: Histogram = field(default_factory=Histogram)
+    bind_to_allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
+    delivery_lag: Mapping[str, Histogram] = field(default_factory=dict)  # bus kind -> seconds
+    pending_admissions: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # uid -> (at_ns, seen_ns)
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterState:
+    nodes: Mapping[str, NodeState] = field(default_factory=dict)
+    path: PathStats = field(default_factory=PathStats)
+    nodes_expired: int = 0
+    applied: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    node_staleness_ns: int
+    usage_staleness_ns: int
+    admission_horizon_ns: int
+
+
+# --- folding ------------------------------------------------------------------------------------------
+
+
+def apply(state: ClusterState, event: Event, now_ns: int) -> ClusterState:
+    """The state after ``event`` arrived at ``now_ns``; unknown event types leave it unchanged."""
+    match event:
+        case UsageSample():
+            new = _on_usage(state, event, now_ns)
+        case DeviceSample():
+            new = _on_device_sample(state, event, now_ns)
+        case PodEnded():
+            new = _on_pod_ended(state, event, now_ns)
+        case NodeInventory():
+            new = _on_inventory(state, event, now_ns)
+        case PlacementDecision():
+            new = _on_placement(state, event, now_ns)
+        case AllocationResult():
+            new = _on_allocation(state, event, now_ns)
+        case AdmissionEvent():
+            new = _on_admission(state, event, now_ns)
+        case _:
+            return state
+    return replace(new, applied=state.applied + 1)
+
+
+def _seen(state: ClusterState, name: str, now_ns: int) -> NodeState:
+    node = state.nodes.get(name)
+    return NodeState(name=name, last_seen_ns=now_ns) if node is None else replace(node, last_seen_ns=now_ns)
+
+
+def _with_node(state: ClusterState, node: NodeState, path: PathStats | None = None) -> ClusterState:
+    nodes = dict(state.nodes)
+    nodes[node.name] = node
+    return replace(state, nodes=nodes, path=state.path if path is None else path)
+
+
+def _lag(path: PathStats, kind: str, at_ns: int, now_ns: int) -> PathStats:
+    lag = dict(path.delivery_lag)
+    lag[kind] = lag.get(kind, Histogram()).observe(max(now_ns - at_ns, 0) / NS_PER_S)
+    return replace(path, delivery_lag=lag)
+
+
+def _on_usage(state: ClusterState, ev: UsageSample, now_ns: int) -> ClusterState:
+    node = _seen(state, ev.node, now_ns)
+    path = _lag(state.path, KIND_USAGE, ev.at_ns, now_ns)
+    if ev.pod_uid in node.ended:  # a late sample of a pod already gone: keep it gone
+        return _with_node(state, node, path)
+    key = (ev.pod_uid, ev.container, ev.device_uuid)
+    extra = ev if isinstance(ev, UsageReport) else None
+    previous = node.usage.get(key)
+    if extra is not None and extra.vdevice_index is not None:
+        vdevice_index = extra.vdevice_index
+    elif previous is not None:
+        vdevice_index = previous.vdevice_index
+    else:
+        vdevice_index = _ordinal(node, ev)
+    if previous is not None and previous.vdevice_index == vdevice_index:
+        series = previous.series
+    else:
+        series = (ev.namespace, ev.pod, ev.container, str(vdevice_index), ev.device_uuid[:UUID_LABEL_CHARS])
+    usage = dict(node.usage)
+    usage[key] = ContainerUsage(
+        pod_uid=ev.pod_uid,
+        namespace=ev.namespace,
+        pod=ev.pod,
+        container=ev.container,
+        device_uuid=ev.device_uuid,
+        vdevice_index=vdevice_index,
+        used_bytes=ev.used_bytes,
+        limit_bytes=ev.limit_bytes,
+        sm_util_percent=ev.sm_util_percent,
+        context_bytes=extra.context_bytes if extra else None,
+        module_bytes=extra.module_bytes if extra else None,
+        buffer_bytes=extra.buffer_bytes if extra else None,
+        last_kernel_at_s=extra.last_kernel_at_s if extra else None,
+        seen_ns=now_ns,
+        series=series,
+    )
+    return _with_node(state, replace(node, usage=usage), path)
+
+
+def _ordinal(node: NodeState, ev: UsageSample) -> int:
+    """The device's index in its container: from the placement, else the order the devices were first seen."""
+    pod = node.pods.get(ev.pod_uid)
+    if pod is not None:
+        known = pod.ordinals.get((ev.container, ev.device_uuid))
+        if known is not None:
+            return known
+    return sum(1 for (uid, ctr, _) in node.usage if uid == ev.pod_uid and ctr == ev.container)
+
+
+def _on_device_sample(state: ClusterState, ev: DeviceSample, now_ns: int) -> ClusterState:
+    node = _seen(state, ev.node, now_ns)
+    host = dict(node.host)
+    host[ev.device_uuid] = HostDevice(
+        uuid=ev.device_uuid,
+        index=ev.index,
+        name=ev.name,
+        memory_used_bytes=ev.memory_used_bytes,
+        utilization_percent=ev.utilization_percent,
+        memory_utilization_percent=ev.memory_utilization_percent,
+        seen_ns=now_ns,
+    )
+    return _with_node(state, replace(node, host=host), _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
+
+
+def _on_pod_ended(state: ClusterState, ev: PodEnded, now_ns: int) -> ClusterState:
+    node = _seen(state, ev.node, now_ns)
+    pods = {uid: pod for uid, pod in node.pods.items() if uid != ev.pod_uid}
+    usage = {key: u for key, u in node.usage.items() if key[0] != ev.pod_uid}
+    ended = dict(node.ended)
+    ended[ev.pod_uid] = now_ns
+    node = replace(node, pods=pods, usage=usage, ended=ended)
+    return _with_node(state, node, _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
+
+
+def _on_inventory(state: ClusterState, ev: NodeInventory, now_ns: int) -> ClusterState:
+    node = replace(_seen(state, ev.node, now_ns), devices=tuple(Device.from_info(d) for d in ev.devices))
+    return _with_node(state, node, _lag(state.path, KIND_INVENTORY, ev.at_ns, now_ns))
+
+
+def _on_placement(state: ClusterState, ev: PlacementDecision, now_ns: int) -> ClusterState:
+    path = _lag(state.path, KIND_PLACEMENT, ev.bind_time_ns, now_ns)
+    pending = path.pending_admissions.get(ev.pod_uid)
+    if pending is not None:
+        remaining = {uid: v for uid, v in path.pending_admissions.items() if uid != ev.pod_uid}
+        to_bind = path.admission_to_bind.observe(max(ev.bind_time_ns - pending[0], 0) / NS_PER_S)
+        path = replace(path, pending_admissions=remaining, admission_to_bind=to_bind)
+    path = replace(path, placements=path.placements + 1)
+    # The extender publishes placements: they do not prove the node alive, so an unknown node starts its
+    # staleness clock now and a known one keeps its own.
+    node = state.nodes.get(ev.node) or NodeState(name=ev.node, last_seen_ns=now_ns)
+    if ev.pod_uid in node.ended:
+        return replace(state, path=path)
+    pods = dict(node.pods)
+    pods[ev.pod_uid] = PodOnNode(
+        uid=ev.pod_uid,
+        namespace=ev.namespace,
+        name=ev.name,
+        devices=tuple(
+            replace(d, series=(ev.namespace, ev.node, ev.name, COLLAPSED_CONTAINER_INDEX, d.uuid))
+            for d in collapse(ev.containers)
+        ),
+        ordinals={(c.name, d.uuid): i for c in ev.containers for i, d in enumerate(c.devices)},
+        bind_time_ns=ev.bind_time_ns,
+    )
+    return _with_node(state, replace(node, pods=pods), path)
+
+
+def _on_allocation(state: ClusterState, ev: AllocationResult, now_ns: int) -> ClusterState:
+    node = _seen(state, ev.node, now_ns)
+    path = _lag(state.path, KIND_ALLOCATED, ev.at_ns, now_ns)
+    route = PATH_STAGED if ev.staged else PATH_FALLBACK
+    allocations = dict(path.allocations)
+    key = (route, RESULT_OK if ev.ok else RESULT_FAILED)
+    allocations[key] = allocations.get(key, 0) + 1
+    path = replace(path, allocations=allocations)
+    pod = node.pods.get(ev.pod_uid)
+    if pod is not None:
+        waits = dict(path.bind_to_allocate)
+        waits[route] = waits.get(route, Histogram()).observe(max(ev.at_ns - pod.bind_time_ns, 0) / NS_PER_S)
+        path = replace(path, bind_to_allocate=waits)
+    return _with_node(state, node, path)
+
+
+def _on_admission(state: ClusterState, ev: AdmissionEvent, now_ns: int) -> ClusterState:
+    path = _lag(state.path, KIND_ADMISSION, ev.at_ns, now_ns)
+    result = ADMISSION_DENIED if not ev.allowed else ADMISSION_MUTATED if ev.mutated else ADMISSION_ALLOWED
+    admissions = dict(path.admissions)
+    key = (ev.namespace, result)
+    admissions[key] = admissions.get(key, 0) + 1
+    path = replace(path, admissions=admissions)
+    if ev.allowed and ev.gpu_containers > 0:  # only GPU pods reach our bind
+        pending = dict(path.pending_admissions)
+        pending[ev.pod_uid] = (ev.at_ns, now_ns)
+        path = replace(path, pending_admissions=pending)
+    return replace(state, path=path)
+
+
+def collapse(containers: Iterable[ContainerPlacement]) -> tuple[PodDevice, ...]:
+    """One entry per GPU, as HAMi's scheduler cache counts a pod (hami-protocol §4.9).
+
+    Init containers run one after another, so their peak counts (slots 1); app containers run together,
+    so they add up (one slot each); the device is charged the larger of the two, field by field.
+    """
+    init: dict[str, tuple[int, int]] = {}
+    app: dict[str, tuple[int, int, int]] = {}
+    for ctr in containers:
+        for dev in ctr.devices:
+            if ctr.init:
+                mem, cores = init.get(dev.uuid, (0, 0))
+                init[dev.uuid] = (max(mem, dev.usedmem_mib), max(cores, dev.usedcores))
+            else:
+                mem, cores, slots = app.get(dev.uuid, (0, 0, 0))
+                app[dev.uuid] = (mem + dev.usedmem_mib, cores + dev.usedcores, slots + 1)
+    out = []
+    for uuid in sorted(init.keys() | app.keys()):
+        init_mem, init_cores = init.get(uuid, (0, 0))
+        app_mem, app_cores, app_slots = app.get(uuid, (0, 0, 0))
+        init_slots = 1 if uuid in init else 0
+        out.append(
+            PodDevice(
+                uuid=uuid,
+                usedmem_mib=max(init_mem, app_mem),
+                usedcores=max(init_cores, app_cores),
+                slots=max(init_slots, app_slots, 1),
+            )
+        )
+    return tuple(out)
+
+
+# --- forgetting ---------------------------------------------------------------------------------------
+
+
+def expire(state: ClusterState, now_ns: int, retention: Retention) -> ClusterState:
+    """Drop silent nodes, silent containers, old pod tombstones and admissions never bound.
+
+    Returns ``state`` itself when nothing is old enough, so callers can tell "unchanged" by identity.
+    """
+    node_cutoff = now_ns - retention.node_staleness_ns
+    usage_cutoff = now_ns - retention.usage_staleness_ns
+    nodes: dict[str, NodeState] = {}
+    changed = False
+    expired = 0
+    for name, node in state.nodes.items():
+        if node.last_seen_ns < node_cutoff:
+            expired += 1
+            changed = True
+            continue
+        trimmed = _trim_node(node, usage_cutoff, node_cutoff)
+        changed = changed or trimmed is not node
+        nodes[name] = trimmed
+    path = state.path
+    admission_cutoff = now_ns - retention.admission_horizon_ns
+    if any(seen < admission_cutoff for _, seen in path.pending_admissions.values()):
+        kept = {uid: v for uid, v in path.pending_admissions.items() if v[1] >= admission_cutoff}
+        path = replace(path, pending_admissions=kept)
+        changed = True
+    if not changed:
+        return state
+    return replace(state, nodes=nodes, path=path, nodes_expired=state.nodes_expired + expired)
+
+
+def _trim_node(node: NodeState, usage_cutoff: int, tombstone_cutoff: int) -> NodeState:
+    stale_usage = any(u.seen_ns < usage_cutoff for u in node.usage.values())
+    stale_host = any(h.seen_ns < usage_cutoff for h in node.host.values())
+    old_ended = any(at < tombstone_cutoff for at in node.ended.values())
+    if not (stale_usage or stale_host or old_ended):
+        return node
+    return replace(
+        node,
+        usage={k: u for k, u in node.usage.items() if u.seen_ns >= usage_cutoff} if stale_usage else node.usage,
+        host={k: h for k, h in node.host.items() if h.seen_ns >= usage_cutoff} if stale_host else node.host,
+        ended={uid: at for uid, at in node.ended.items() if at >= tombstone_cutoff} if old_ended else node.ended,
+    )
