@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hami_common import envvars
 from hami_common.allocation import (
     LIMITS_CONTAINER_PATH,

@@ -6,10 +6,11 @@ import os
 import stat
 from pathlib import Path
 
-from hami_common.allocation import ContainerGrant, GrantedDevice, NodeAllocationConfig, PodGrant, build_pod
-from hami_common.staging import StagedPod, StagingStore, entry_name, write_host_files
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from hami_common.allocation import ContainerGrant, GrantedDevice, NodeAllocationConfig, PodGrant, build_pod
+from hami_common.staging import StagedPod, StagingStore, entry_name, write_host_files
 
 
 def staged(uid: str, bind: int, *counts: int, config: NodeAllocationConfig | None = None) -> StagedPod:

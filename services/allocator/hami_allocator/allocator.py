@@ -1,0 +1,234 @@
+"""The plugin's decisions, free of gRPC: which answer a container gets, and which IDs to prefer.
+
+``Allocate`` for one container with N device IDs: take the oldest staged pod whose next container asks for
+N devices; without one, fall back to HAMi's way (the pending pod's annotation, :mod:`.pending`). Calls are
+serialised (HAMi's ``applyMutex``): each one consumes a position in a pod's container order. The answer's
+host files are written before it is returned; everything the apiserver and the bus must learn is handed
+to :class:`.followup.FollowUp` and happens after the reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Final
+
+from hami_allocator.followup import FollowUp, Served
+from hami_allocator.inventory import GpuSource, VirtualDevice, virtual_devices
+from hami_allocator.pending import BrokenPod, NodePods, next_pending
+from hami_common import logkeys, spans
+from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
+from hami_common.errors import InvalidInput, NotFound, TransientError
+from hami_common.staging import StagingStore, write_host_files
+from hami_common.tracing import context_from_annotation, tracer
+
+__all__ = ["Allocator", "GoneSet"]
+
+log = logging.getLogger(__name__)
+
+_GONE_KEEP: Final = 4096
+
+
+@dataclass(eq=False)
+class GoneSet:
+    """UIDs of pods known to be gone (deleted or terminated), newest kept; membership is all it answers."""
+
+    keep: int = _GONE_KEEP
+    _uids: OrderedDict[str, None] = field(default_factory=OrderedDict)
+
+    def add(self, uid: str) -> None:
+        self._uids[uid] = None
+        self._uids.move_to_end(uid)
+        while len(self._uids) > self.keep:
+            self._uids.popitem(last=False)
+
+    def __contains__(self, uid: object) -> bool:
+        return uid in self._uids
+
+
+class Allocator:
+    def __init__(
+        self,
+        node: str,
+        *,
+        store: StagingStore,
+        config: NodeAllocationConfig,
+        inventory: GpuSource,
+        split: int,
+        followup: FollowUp,
+        pods: NodePods | None = None,
+        fallback_timeout: float = 10.0,
+    ) -> None:
+        if split < 1:
+            raise ValueError("device split count must be at least 1")
+        self.node = node
+        self.store = store
+        self.config = config
+        self.inventory = inventory
+        self.split = split
+        self.followup = followup
+        self.pods = pods
+        self.fallback_timeout = fallback_timeout
+        self.gone = GoneSet()
+        self.inflight: dict[str, int] = {}  # containers served whose to-allocate entry is not erased yet
+        self.served_staged = 0
+        self.served_fallback = 0
+        self._lock = asyncio.Lock()
+        self._devices: tuple[int, dict[str, VirtualDevice]] = (0, {})
+
+    # --- devices -----------------------------------------------------------------------------------------
+
+    def devices(self) -> dict[str, VirtualDevice]:
+        """The advertised virtual devices by ID, for the inventory's current version."""
+        snapshot = self.inventory.snapshot()
+        if self._devices[0] != snapshot.version:
+            devs = virtual_devices(snapshot.gpus, self.split)
+            self._devices = (snapshot.version, {d.id: d for d in devs})
+        return self._devices[1]
+
+    def check_ids(self, ids: Sequence[str]) -> None:
+        if not ids:
+            raise InvalidInput("a container request names no device IDs")
+        known = self.devices()
+        unknown = [i for i in ids if i not in known]
+        if unknown:
+            raise InvalidInput(f"unknown device IDs {unknown[:8]} (this plugin advertises {len(known)} devices)")
+        if len(set(ids)) != len(ids):
+            raise InvalidInput(f"device IDs repeated in one request: {sorted(ids)}")
+
+    # --- gone pods, erased entries -------------------------------------------------------------------------
+
+    def forget(self, uid: str) -> None:
+        """The pod is gone: never serve it, stop counting its unerased entries."""
+        self.gone.add(uid)
+        self.inflight.pop(uid, None)
+
+    def erased(self, uid: str) -> None:
+        left = self.inflight.get(uid, 0) - 1
+        if left > 0:
+            self.inflight[uid] = left
+        else:
+            self.inflight.pop(uid, None)
+
+    # --- Allocate ----------------------------------------------------------------------------------------
+
+    async def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
+        """The answer for one container request; raises InvalidInput, NotFound or TransientError."""
+        started = time.time_ns()
+        self.check_ids(ids)
+        async with self._lock:
+            outcome = self.store.claim(len(ids), gone=self.gone)
+            if outcome.claim is not None:
+                claim = outcome.claim
+                allocation = claim.container
+                served = Served(
+                    pod_uid=claim.pod.pod_uid,
+                    namespace=claim.pod.namespace,
+                    name=claim.pod.name,
+                    container=allocation.name,
+                    device_uuids=allocation.device_uuids,
+                    staged=True,
+                    trace_context=claim.pod.trace_context,
+                )
+                self.served_staged += 1
+            else:
+                allocation, served = await self._fallback(len(ids), outcome.problems)
+                self.served_fallback += 1
+            self.inflight[served.pod_uid] = self.inflight.get(served.pod_uid, 0) + 1
+        try:
+            write_host_files(allocation)
+        except OSError as err:
+            raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
+        self.followup.submit(served)
+        self._trace(served, started)
+        return allocation
+
+    async def _fallback(self, count: int, problems: Sequence[str]) -> tuple[ContainerAllocation, Served]:
+        also = f"; {'; '.join(problems)}" if problems else ""
+        if self.pods is None:
+            raise NotFound(f"nothing staged for {count} device(s) on node {self.node} and no apiserver{also}")
+        try:
+            async with asyncio.timeout(self.fallback_timeout):
+                pods = await self.pods.list_node_pods(self.node)
+        except TimeoutError as err:
+            raise TransientError(f"listing the pods of node {self.node} timed out{also}") from err
+        try:
+            pending = next_pending(pods, self.node, count, inflight=self.inflight, gone=self.gone)
+        except NotFound as err:
+            raise NotFound(f"{err}{also}") from err
+        except BrokenPod as err:
+            meta = err.pod.metadata
+            self.followup.submit(
+                Served(
+                    pod_uid=meta.uid,
+                    namespace=meta.namespace,
+                    name=meta.name,
+                    container="",
+                    device_uuids=(),
+                    staged=False,
+                    failure=str(err),
+                )
+            )
+            raise
+        meta = pending.pod.metadata
+        allocation = build_container(meta.uid, pending.grant, self.config)
+        self.store.skip(meta.uid)  # a staged entry of this pod, if any, must not serve this container again
+        served = Served(
+            pod_uid=meta.uid,
+            namespace=meta.namespace,
+            name=meta.name,
+            container=allocation.name,
+            device_uuids=allocation.device_uuids,
+            staged=False,
+            trace_context=pending.trace_context,
+        )
+        return allocation, served
+
+    def _trace(self, served: Served, started_ns: int) -> None:
+        ctx = context_from_annotation(served.trace_context) if served.trace_context else None
+        span = tracer().start_span(spans.ALLOCATE, context=ctx, start_time=started_ns)
+        span.set_attribute(logkeys.POD_UID, served.pod_uid)
+        span.set_attribute(logkeys.NODE, self.node)
+        span.set_attribute("staged", served.staged)
+        span.end()
+        log.info(
+            "allocated %s/%s container %s: %s (%s)",
+            served.namespace,
+            served.name,
+            served.container,
+            ",".join(served.device_uuids),
+            "staged" if served.staged else "fallback",
+            extra={logkeys.POD_UID: served.pod_uid},
+        )
+
+    # --- GetPreferredAllocation ------------------------------------------------------------------------------
+
+    def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
+        """IDs of the physical GPUs the next staged container was granted, then the kubelet's own order.
+
+        Advisory only (the answer's UUIDs come from the placement, not from these IDs); without a staged
+        answer it keeps the kubelet's order, so it never calls the apiserver.
+        """
+        devices = self.devices()
+        chosen = list(dict.fromkeys(must_include))
+        peeked = self.store.peek(size, gone=self.gone)
+        wanted = list(peeked.container.device_uuids) if peeked is not None else []
+        for uuid in wanted:
+            if len(chosen) >= size:
+                break
+            match = next((i for i in available if i not in chosen and devices.get(i, _NONE).uuid == uuid), None)
+            if match is not None:
+                chosen.append(match)
+        for i in available:
+            if len(chosen) >= size:
+                break
+            if i not in chosen:
+                chosen.append(i)
+        return chosen
+
+
+_NONE: Final = VirtualDevice(id="", uuid="", healthy=False, numa=None)

@@ -1,0 +1,217 @@
+"""What the plugin does after it has answered ``Allocate``, off the reply's critical path.
+
+For each served container, in the order they were served (one worker, FIFO), as HAMi's plugin does
+(hami-protocol §2.5, §5.4 steps 5-7, §4.11):
+
+1. erase that container's entry from ``hami.io/vgpu-devices-to-allocate`` (pop the first non-empty entry,
+   re-encode, resourceVersion-guarded merge patch, retried on conflict);
+2. when no entry is left, set ``hami.io/bind-phase`` to ``success`` in the same patch and release the node
+   lock ``hami.io/mutex.lock`` if this pod holds it; on a failed allocation, set ``failed`` and release;
+3. publish an :class:`AllocationResult` on ``hami.allocated.<node>`` (when a bus is connected).
+
+Without an apiserver (staged-only operation) steps 1-2 are skipped; without a bus, step 3 is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+import msgspec
+from opentelemetry.context import Context
+
+from hami_common import logkeys, subjects
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    DEVICES_TO_ALLOCATE,
+    NODE_LOCK,
+    decode_node_lock,
+    decode_pod_devices,
+    encode_pod_devices,
+    pop_first_container,
+)
+from hami_common.errors import AnnotationError, HamiError, NotFound, TransientError
+from hami_common.events import AllocationResult
+from hami_common.kube import AnnotationChanges, Node, NodePatcher, Pod, PodPatcher, PodReader, retry_on_conflict
+from hami_common.tracing import context_from_annotation
+
+__all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_lock"]
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS: Final = 5
+_RETRY_DELAY_S: Final = 0.2
+
+
+@dataclass(frozen=True, slots=True)
+class Served:
+    """One container answered (or refused) by ``Allocate``."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    container: str
+    device_uuids: tuple[str, ...]
+    staged: bool
+    trace_context: str = ""
+    failure: str = ""  # non-empty: the allocation of this pod failed (bind-phase failed)
+
+
+class PodAccess(PodReader, PodPatcher, Protocol):
+    pass
+
+
+class ResultPublisher(Protocol):
+    async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None: ...
+
+
+async def release_node_lock(nodes: NodePatcher, node: str, namespace: str, name: str) -> bool:
+    """Remove ``hami.io/mutex.lock`` if ``namespace/name`` holds it; True if it was released."""
+
+    async def read() -> Node:
+        return await nodes.get_node(node)
+
+    async def write(current: Node) -> bool:
+        value = current.metadata.annotations.get(NODE_LOCK)
+        if value is None:
+            return False
+        try:
+            if not decode_node_lock(value).held_by(namespace, name):
+                return False
+        except AnnotationError:
+            return False
+        await nodes.patch_node_annotations(node, {NODE_LOCK: None}, resource_version=current.metadata.resource_version)
+        return True
+
+    return (await retry_on_conflict(read, write, attempts=_ATTEMPTS)).value
+
+
+class FollowUp:
+    """The worker; :meth:`submit` never blocks, :meth:`run` processes until cancelled."""
+
+    def __init__(
+        self,
+        node: str,
+        *,
+        pods: PodAccess | None = None,
+        nodes: NodePatcher | None = None,
+        publisher: ResultPublisher | None = None,
+        on_erased: Callable[[str], None] = lambda uid: None,
+        clock: Callable[[], int] = time.time_ns,
+    ) -> None:
+        self.node = node
+        self.pods = pods
+        self.nodes = nodes
+        self.publisher = publisher
+        self.on_erased = on_erased
+        self.clock = clock
+        self.failures = 0
+        self._queue: asyncio.Queue[Served] = asyncio.Queue()
+
+    def submit(self, served: Served) -> None:
+        self._queue.put_nowait(served)
+
+    async def join(self) -> None:
+        """Wait until everything submitted so far has been followed up."""
+        await self._queue.join()
+
+    async def run(self) -> None:
+        while True:
+            served = await self._queue.get()
+            try:
+                await self._follow(served)
+            except HamiError as err:
+                self.failures += 1
+                log.warning(
+                    "follow-up of %s/%s container %s failed: %s",
+                    served.namespace,
+                    served.name,
+                    served.container,
+                    err,
+                    extra={logkeys.POD_UID: served.pod_uid},
+                )
+            finally:
+                self._queue.task_done()
+
+    async def _follow(self, served: Served) -> None:
+        if self.pods is not None:
+            for attempt in range(_ATTEMPTS):
+                try:
+                    await self._record(served, self.pods)
+                    break
+                except TransientError:
+                    if attempt == _ATTEMPTS - 1:
+                        raise
+                    await asyncio.sleep(_RETRY_DELAY_S * 2**attempt)  # the apiserver is briefly away
+        if self.publisher is not None:
+            result = AllocationResult(
+                pod_uid=served.pod_uid,
+                namespace=served.namespace,
+                name=served.name,
+                node=self.node,
+                container=served.container,
+                ok=not served.failure,
+                staged=served.staged,
+                device_uuids=served.device_uuids,
+                reason=served.failure,
+                at_ns=self.clock(),
+            )
+            ctx = context_from_annotation(served.trace_context) if served.trace_context else None
+            await self.publisher.publish(subjects.allocated(self.node), result, ctx=ctx)
+
+    async def _record(self, served: Served, pods: PodAccess) -> None:
+        if served.failure:
+            await pods.patch_pod_annotations(served.namespace, served.name, {BIND_PHASE: BIND_PHASE_FAILED})
+            await self._release(served)
+            return
+        done = False
+
+        async def read() -> Pod:
+            return await pods.get_pod(served.namespace, served.name)
+
+        async def write(pod: Pod) -> Pod:
+            nonlocal done
+            if pod.metadata.uid != served.pod_uid:
+                raise NotFound(f"pod {served.namespace}/{served.name} was replaced by another of the same name")
+            current = decode_pod_devices(pod.metadata.annotations.get(DEVICES_TO_ALLOCATE, ""))
+            popped, rest = pop_first_container(current)
+            if tuple(d.uuid for d in popped) != served.device_uuids:
+                log.warning(
+                    "pod %s/%s: erased entry %s differs from the devices served (%s)",
+                    served.namespace,
+                    served.name,
+                    [d.uuid for d in popped],
+                    list(served.device_uuids),
+                    extra={logkeys.POD_UID: served.pod_uid},
+                )
+            done = not any(rest)
+            changes: AnnotationChanges = {DEVICES_TO_ALLOCATE: encode_pod_devices(rest)}
+            if done:
+                changes = {**changes, BIND_PHASE: BIND_PHASE_SUCCESS}
+            return await pods.patch_pod_annotations(
+                served.namespace, served.name, changes, resource_version=pod.metadata.resource_version
+            )
+
+        try:
+            await retry_on_conflict(read, write, attempts=_ATTEMPTS)
+        except NotFound:
+            self.on_erased(served.pod_uid)
+            return  # the pod is gone: nothing to erase
+        self.on_erased(served.pod_uid)
+        if done:
+            await self._release(served)
+
+    async def _release(self, served: Served) -> None:
+        if self.nodes is not None and await release_node_lock(self.nodes, self.node, served.namespace, served.name):
+            log.info(
+                "released the node lock held by %s/%s",
+                served.namespace,
+                served.name,
+                extra={logkeys.POD_UID: served.pod_uid},
+            )

@@ -1,0 +1,172 @@
+"""The allocator assembled: the plugin server, the follow-up worker, the watch of this node's pods.
+
+:class:`AllocatorService` takes its parts as ports, so a test passes the kube emulator's client, a bus or
+none, and an inventory of its choosing; :func:`serve` builds it from :class:`AllocatorSettings`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from pathlib import Path
+
+import msgspec
+from opentelemetry.context import Context
+
+from hami_allocator.allocator import Allocator
+from hami_allocator.followup import FollowUp, ResultPublisher
+from hami_allocator.inventory import DeclaredInventory, GpuSource, parse_declared
+from hami_allocator.pending import KubeNodePods
+from hami_allocator.plugin import DevicePluginService
+from hami_allocator.server import Endpoint, PluginServer
+from hami_allocator.settings import AllocatorSettings
+from hami_common.allocation import NodeAllocationConfig
+from hami_common.bus import Bus
+from hami_common.errors import InvalidInput, TransientError
+from hami_common.kube import Change, KubeClient, Pod, WatchCache, pod_source
+from hami_common.service import EXIT_CONFIG
+from hami_common.settings import BusSettings
+from hami_common.staging import StagingStore
+
+__all__ = ["AllocatorService", "LazyBus", "serve"]
+
+log = logging.getLogger(__name__)
+
+_TERMINAL = frozenset({"Succeeded", "Failed"})
+
+
+class LazyBus:
+    """A publisher that connects in the background and drops results while NATS is unreachable:
+    allocation never waits for the bus (ARCHITECTURE §3)."""
+
+    def __init__(self, settings: BusSettings) -> None:
+        self.settings = settings
+        self.bus: Bus | None = None
+        self.dropped = 0
+
+    async def run(self) -> None:
+        while self.bus is None:
+            try:
+                self.bus = await Bus.connect(self.settings, give_up_after=30.0)
+            except TransientError as err:
+                log.info("NATS not reachable, allocation results are not published: %s", err)
+
+    async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None:
+        if self.bus is None:
+            self.dropped += 1
+            return
+        await self.bus.publish(subject, event, ctx=ctx)
+
+    async def close(self) -> None:
+        if self.bus is not None:
+            await self.bus.drain()
+
+
+class AllocatorService:
+    def __init__(
+        self,
+        *,
+        node: str,
+        endpoint: Endpoint,
+        inventory: GpuSource,
+        store: StagingStore,
+        config: NodeAllocationConfig,
+        split: int = 10,
+        kube: KubeClient | None = None,
+        publisher: ResultPublisher | None = None,
+        numa_topology: bool = False,
+    ) -> None:
+        self.node = node
+        self.kube = kube
+        self.followup = FollowUp(node, pods=kube, nodes=kube, publisher=publisher)
+        self.allocator = Allocator(
+            node,
+            store=store,
+            config=config,
+            inventory=inventory,
+            split=split,
+            followup=self.followup,
+            pods=KubeNodePods(kube) if kube is not None else None,
+        )
+        self.followup.on_erased = self.allocator.erased
+        self.plugin = DevicePluginService(
+            self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
+        )
+        self.server = PluginServer.for_plugin(endpoint, self.plugin)
+        self.pods: WatchCache[Pod] | None = None
+        if kube is not None:
+            self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
+            self.pods.add_handler(self._on_pod)
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.obj
+        if change.type == "DELETED" or pod.metadata.deletion_timestamp or pod.status.phase in _TERMINAL:
+            self.allocator.forget(pod.metadata.uid)
+
+    async def run(self) -> None:
+        """Serve until cancelled."""
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(self.server.run(), name="plugin-server")
+            tg.create_task(self.followup.run(), name="allocation-follow-up")
+            if self.pods is not None:
+                tg.create_task(self.pods.run(), name="node-pods-watch")
+
+
+def _config(s: AllocatorSettings) -> NodeAllocationConfig:
+    return NodeAllocationConfig(
+        hook_path=s.hook_path,
+        limits_host_dir=s.limits_dir,
+        device_memory_scaling=s.device_memory_scaling,
+        core_policy=s.core_policy,
+        disable_core_limit=s.disable_core_limit,
+        libcuda_log_level=s.libcuda_log_level,
+        cdi_kind=s.cdi_kind,
+    )
+
+
+async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
+    """The service body for ``hami_common.service.run``: serve until ``stop`` is set."""
+    try:
+        if not settings.node_name:
+            raise InvalidInput("the node name is required (--node-name or HAMI_NODE_NAME)")
+        try:
+            gpus = parse_declared(settings.gpus)
+        except ValueError as err:
+            raise InvalidInput(f"--gpus: {err}") from err
+    except InvalidInput as err:
+        log.error("bad configuration: %s", err)
+        raise SystemExit(EXIT_CONFIG) from err
+    endpoint = Endpoint(
+        plugin_dir=Path(settings.plugin_dir),
+        socket_name=settings.socket_name,
+        resource_name=settings.resource_name,
+        preferred_available=settings.preferred_allocation,
+        register_timeout=settings.register_timeout,
+        watch_interval=settings.watch_interval,
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        kube = None
+        if settings.use_apiserver:
+            kube = await stack.enter_async_context(KubeClient.from_settings(settings))
+        bus = LazyBus(settings) if settings.use_bus else None
+        if bus is not None:
+            stack.push_async_callback(bus.close)
+        service = AllocatorService(
+            node=settings.node_name,
+            endpoint=endpoint,
+            inventory=DeclaredInventory(gpus),
+            store=StagingStore(settings.staging_dir),
+            config=_config(settings),
+            split=settings.device_split_count,
+            kube=kube,
+            publisher=bus,
+            numa_topology=settings.numa_topology,
+        )
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(service.run(), name="allocator")]
+            if bus is not None:
+                tasks.append(tg.create_task(bus.run(), name="bus-connect"))
+            await stop.wait()
+            for task in tasks:
+                task.cancel()

@@ -1,0 +1,55 @@
+"""The generated v1beta1 stubs: fresh against the proto, and named as the kubelet expects."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hami_allocator.api import generate
+from hami_allocator.main import main
+
+
+def test_generated_stubs_match_the_proto(tmp_path: Path) -> None:
+    generate.generate(tmp_path)
+    for name in generate.GENERATED:
+        installed = generate.HERE / name
+        assert installed.exists(), f"{name} missing: run python -m hami_allocator.api.generate"
+        assert installed.read_text() == (tmp_path / name).read_text(), (
+            f"{name} is stale against {generate.PROTO.name}: run python -m hami_allocator.api.generate"
+        )
+
+
+def test_wire_names_and_field_numbers_are_the_kubelets() -> None:
+    from hami_allocator.api.rpc import pb
+
+    service = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
+    assert service.full_name == "v1beta1.DevicePlugin"
+    assert [m.name for m in service.methods] == [
+        "GetDevicePluginOptions",
+        "ListAndWatch",
+        "GetPreferredAllocation",
+        "Allocate",
+        "PreStartContainer",
+    ]
+    assert pb.DESCRIPTOR.services_by_name["Registration"].full_name == "v1beta1.Registration"
+    fields = {f.name: f.number for f in pb.ContainerAllocateResponse.DESCRIPTOR.fields}
+    assert fields == {"envs": 1, "mounts": 2, "devices": 3, "annotations": 4, "cdi_devices": 5}
+    preferred = {f.name: f.number for f in pb.ContainerPreferredAllocationRequest.DESCRIPTOR.fields}
+    assert preferred == {"available_deviceIDs": 1, "must_include_deviceIDs": 2, "allocation_size": 3}
+    assert {f.name: f.number for f in pb.Device.DESCRIPTOR.fields} == {"ID": 1, "health": 2, "topology": 3}
+
+
+def test_help_lists_the_settings_and_exits_zero(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--help"])
+    assert exited.value.code == 0
+    out = capsys.readouterr().out
+    assert "--plugin-dir" in out
+    assert "HAMI_STAGING_DIR" in out
+
+
+def test_missing_node_name_is_a_configuration_error() -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["--no-use-apiserver", "--no-use-bus"])
+    assert exited.value.code == 2

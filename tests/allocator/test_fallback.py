@@ -1,0 +1,154 @@
+"""The annotation fallback and the follow-up writes, against the kube emulator: no node agent, no NATS."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+from hami_allocator.inventory import DeclaredInventory
+from hami_common import envvars
+from hami_common.allocation import NodeAllocationConfig
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_FAILED,
+    BIND_PHASE_SUCCESS,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    NODE_LOCK,
+    ContainerDevice,
+)
+from hami_common.kube import KubeClient
+from hami_common.resources import GPU
+from hami_common.staging import StagingStore
+from hami_sim.kubelet import KubeletEmulator
+from hami_sim.waiting import eventually
+from tests.allocator.conftest import GPUS, NODE, SPLIT, bound_pod_body, grant_of, node_body, running_allocator, stage
+
+
+def dev(uuid: str, mem: int, cores: int) -> ContainerDevice:
+    return ContainerDevice(uuid=uuid, type="NVIDIA", usedmem=mem, usedcores=cores)
+
+
+async def create(core: Any, body: dict[str, Any]) -> str:
+    if body["kind"] == "Node":
+        await asyncio.to_thread(core.create_node, body)
+        return ""
+    created = await asyncio.to_thread(core.create_namespaced_pod, body["metadata"]["namespace"], body)
+    return str(created.metadata.uid)
+
+
+async def test_fallback_serves_the_pending_pod_then_erases_marks_success_and_releases_the_lock(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body(lock_holder=("default", "train")))
+    body = bound_pod_body(
+        "train", {"a": [dev(GPUS[0], 3000, 30)], "b": [dev(GPUS[0], 5000, 0), dev(GPUS[1], 5000, 0)]}, bind_time=10
+    )
+    uid = await create(core, body)
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        watcher = asyncio.create_task(kubelet.run_pods(kube))
+        admission = await kubelet.wait_admitted(uid)
+        await svc.followup.join()
+        watcher.cancel()
+    assert admission.ok, admission
+    a, b = admission.container("a").envs, admission.container("b").envs
+    assert (a[envvars.NVIDIA_VISIBLE_DEVICES], a["CUDA_DEVICE_MEMORY_LIMIT_0"], a[envvars.CUDA_DEVICE_SM_LIMIT]) == (
+        GPUS[0],
+        "3000m",
+        "30",
+    )
+    assert b[envvars.NVIDIA_VISIBLE_DEVICES] == ",".join(GPUS)
+    assert (b["CUDA_DEVICE_MEMORY_LIMIT_0"], b["CUDA_DEVICE_MEMORY_LIMIT_1"]) == ("5000m", "5000m")
+    assert svc.allocator.served_fallback == 2
+    pod = await kube.get_pod("default", "train")
+    # every entry erased; like HAMi, each decode-pop-encode keeps one more trailing empty entry
+    assert pod.metadata.annotations[DEVICES_TO_ALLOCATE] == ";;;;"
+    assert pod.metadata.annotations[DEVICES_ALLOCATED] == body["metadata"]["annotations"][DEVICES_ALLOCATED]
+    assert pod.metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    node = await kube.get_node(NODE)
+    assert NODE_LOCK not in node.metadata.annotations
+
+
+async def test_two_pods_bound_back_to_back_each_get_their_own_devices_by_fallback(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body())
+    first = await create(core, bound_pod_body("first", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10))
+    second = await create(core, bound_pod_body("second", {"main": [dev(GPUS[1], 2000, 20)]}, bind_time=11))
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        watcher = asyncio.create_task(kubelet.run_pods(kube))
+        one, two = await kubelet.wait_admitted(first), await kubelet.wait_admitted(second)
+        await svc.followup.join()
+        watcher.cancel()
+    assert one.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[0]
+    assert two.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
+    assert two.container("main").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "2000m"
+    for name in ("first", "second"):
+        assert (await kube.get_pod("default", name)).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+
+
+async def test_staged_entry_of_a_pod_deleted_meanwhile_is_never_handed_out(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body())
+    doomed = await create(core, bound_pod_body("doomed", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10))
+    kept = await create(core, bound_pod_body("kept", {"main": [dev(GPUS[1], 2000, 20)]}, bind_time=11))
+    stage(store, grant_of(doomed, ("main", ((GPUS[0], 1000, 10),)), name="doomed"), alloc_config, 10)
+    stage(store, grant_of(kept, ("main", ((GPUS[1], 2000, 20),)), name="kept"), alloc_config, 11)
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        await asyncio.to_thread(core.delete_namespaced_pod, "doomed", "default")
+        await eventually(lambda: doomed in svc.allocator.gone, what="the plugin saw the deletion")
+        pod = await kube.get_pod("default", "kept")
+        admission = await kubelet.admit(pod)
+        await svc.followup.join()
+    assert admission.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
+    assert svc.allocator.served_staged == 1
+    assert store.staged_uids() == []
+    assert (await kube.get_pod("default", "kept")).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+
+
+async def test_pod_with_a_malformed_device_list_is_refused_and_marked_failed(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body(lock_holder=("default", "broken")))
+    body = bound_pod_body("broken", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10)
+    body["metadata"]["annotations"][DEVICES_TO_ALLOCATE] = "GPU-x,NVIDIA,lots,0:;"
+    uid = await create(core, body)
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        admission = await kubelet.admit(await kube.get_pod("default", "broken"))
+        await svc.followup.join()
+    assert admission.uid == uid
+    assert not admission.ok
+    assert admission.containers[0].error.startswith("INVALID_ARGUMENT")
+    assert "memory 'lots'" in admission.containers[0].error
+    assert (await kube.get_pod("default", "broken")).metadata.annotations[BIND_PHASE] == BIND_PHASE_FAILED
+    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
