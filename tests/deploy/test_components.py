@@ -1,0 +1,230 @@
+"""The pieces fit together: kube-scheduler's extender configuration, RBAC per component, NATS users."""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+import msgspec
+import pytest
+import yaml
+
+from hami_common import resources
+from tests.deploy.manifests import DEPLOY, NAMESPACE, Rendering, env_of
+
+# --- kube-scheduler: kubescheduler.config.k8s.io/v1, the fields of k8s-interfaces §2.3 -------------------
+
+
+class ManagedResource(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    name: str
+    ignoredByScheduler: bool = False  # noqa: N815 (wire names)
+
+
+class TLSConfig(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    insecure: bool = False
+    serverName: str = ""  # noqa: N815
+    certFile: str = ""  # noqa: N815
+    keyFile: str = ""  # noqa: N815
+    caFile: str = ""  # noqa: N815
+
+
+class Extender(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    urlPrefix: str  # noqa: N815
+    filterVerb: str = ""  # noqa: N815
+    preemptVerb: str = ""  # noqa: N815
+    prioritizeVerb: str = ""  # noqa: N815
+    bindVerb: str = ""  # noqa: N815
+    weight: int = 0
+    enableHTTPS: bool = False  # noqa: N815
+    tlsConfig: TLSConfig | None = None  # noqa: N815
+    httpTimeout: str = ""  # noqa: N815
+    nodeCacheCapable: bool = False  # noqa: N815
+    managedResources: list[ManagedResource] = msgspec.field(default_factory=list)  # noqa: N815
+    ignorable: bool = False
+
+
+class LeaderElection(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    leaderElect: bool  # noqa: N815
+    resourceLock: str = "leases"  # noqa: N815
+    resourceName: str = ""  # noqa: N815
+    resourceNamespace: str = ""  # noqa: N815
+
+
+class Profile(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    schedulerName: str  # noqa: N815
+
+
+class SchedulerConfiguration(msgspec.Struct, kw_only=True, forbid_unknown_fields=True):
+    apiVersion: str  # noqa: N815
+    kind: str
+    leaderElection: LeaderElection  # noqa: N815
+    profiles: list[Profile]
+    extenders: list[Extender]
+
+
+HAMI_RESOURCES: Final = {
+    resources.GPU,
+    resources.GPU_MEMORY,
+    resources.GPU_MEMORY_PERCENTAGE,
+    resources.GPU_CORES,
+    resources.GPU_PRIORITY,
+}
+
+
+@pytest.fixture
+def scheduler_config(overlay: Rendering) -> SchedulerConfiguration:
+    configmap = overlay.get("ConfigMap", "hami-kube-scheduler")
+    return msgspec.convert(yaml.safe_load(configmap["data"]["config.yaml"]), SchedulerConfiguration)
+
+
+def test_scheduler_config_is_a_v1_kube_scheduler_configuration(scheduler_config: SchedulerConfiguration) -> None:
+    assert scheduler_config.apiVersion == "kubescheduler.config.k8s.io/v1"
+    assert scheduler_config.kind == "KubeSchedulerConfiguration"
+
+
+def test_kube_scheduler_calls_the_extender_over_verified_https(
+    overlay: Rendering, scheduler_config: SchedulerConfiguration
+) -> None:
+    (extender,) = scheduler_config.extenders
+    assert extender.urlPrefix.startswith("https://127.0.0.1:")
+    assert extender.enableHTTPS
+    assert extender.tlsConfig is not None
+    assert not extender.tlsConfig.insecure
+    port = extender.urlPrefix.rsplit(":", 1)[1]
+    extender_container = overlay.container("hami-scheduler", "extender").container
+    assert env_of(extender_container)["HAMI_HTTP_PORT"]["value"] == port
+    scheduler = overlay.container("hami-scheduler", "kube-scheduler").container
+    mounts = [m["mountPath"] for m in scheduler["volumeMounts"]]
+    assert any(extender.tlsConfig.caFile.startswith(path + "/") for path in mounts)
+
+
+def test_extender_filters_and_binds_gpu_pods_by_node_name(scheduler_config: SchedulerConfiguration) -> None:
+    (extender,) = scheduler_config.extenders
+    assert (extender.filterVerb, extender.bindVerb) == ("filter", "bind")
+    assert extender.nodeCacheCapable
+    assert extender.httpTimeout == "30s"
+    assert not extender.ignorable
+    assert {m.name for m in extender.managedResources} == HAMI_RESOURCES
+    assert all(m.ignoredByScheduler for m in extender.managedResources)
+
+
+def test_scheduler_name_matches_the_one_the_webhook_sets(
+    overlay: Rendering, scheduler_config: SchedulerConfiguration
+) -> None:
+    webhook = overlay.container("hami-webhook", "webhook").container
+    assert [p.schedulerName for p in scheduler_config.profiles] == [env_of(webhook)["HAMI_SCHEDULER_NAME"]["value"]]
+
+
+def test_kube_scheduler_elects_a_leader_on_a_lease_it_may_write(
+    overlay: Rendering, scheduler_config: SchedulerConfiguration
+) -> None:
+    election = scheduler_config.leaderElection
+    assert election.leaderElect
+    assert election.resourceLock == "leases"
+    assert election.resourceNamespace == NAMESPACE
+    role = overlay.get("Role", "hami-scheduler-leases")
+    named = [r for r in role["rules"] if "update" in r["verbs"]]
+    assert any(election.resourceName in r.get("resourceNames", []) for r in named)
+
+
+# --- RBAC: k8s-interfaces §4.2 --------------------------------------------------------------------------
+
+
+def granted(rendering: Rendering, account: str) -> set[tuple[str, str, str]]:
+    """(apiGroup, resource, verb) triples the ServiceAccount gets through any binding."""
+    roles = {
+        (r["kind"], r["metadata"]["name"]): r for r in rendering.of_kind("ClusterRole") + rendering.of_kind("Role")
+    }
+    out: set[tuple[str, str, str]] = set()
+    for binding in rendering.of_kind("ClusterRoleBinding") + rendering.of_kind("RoleBinding"):
+        if not any(s["kind"] == "ServiceAccount" and s["name"] == account for s in binding["subjects"]):
+            continue
+        role = roles.get((binding["roleRef"]["kind"], binding["roleRef"]["name"]))
+        for rule in (role or {}).get("rules", []):
+            out |= {(g, res, v) for g in rule["apiGroups"] for res in rule["resources"] for v in rule["verbs"]}
+    return out
+
+
+def test_no_role_grants_wildcards_or_secrets(overlay: Rendering) -> None:
+    for role in overlay.of_kind("ClusterRole") + overlay.of_kind("Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"], role["metadata"]["name"]
+            assert "secrets" not in rule["resources"], role["metadata"]["name"]
+
+
+@pytest.mark.parametrize(
+    ("account", "needed"),
+    [
+        pytest.param(
+            "hami-scheduler",
+            {("", "pods", "patch"), ("", "pods/binding", "create"), ("", "nodes", "patch"), ("", "events", "create")},
+            id="the extender annotates and binds pods, annotates nodes, records events",
+        ),
+        pytest.param(
+            "hami-webhook",
+            {("", "resourcequotas", "watch"), ("", "namespaces", "watch")},
+            id="the webhook watches quotas and namespaces",
+        ),
+        pytest.param(
+            "hami-node",
+            {("", "pods", "patch"), ("", "nodes", "patch"), ("", "pods", "watch")},
+            id="the node pod registers devices and finishes allocations",
+        ),
+    ],
+)
+def test_each_component_gets_what_its_protocol_needs(
+    overlay: Rendering, account: str, needed: set[tuple[str, str, str]]
+) -> None:
+    assert needed <= granted(overlay, account)
+
+
+@pytest.mark.parametrize(
+    ("account", "forbidden"),
+    [
+        pytest.param("hami-webhook", "patch", id="the webhook writes nothing through the API"),
+        pytest.param("hami-webhook", "create", id="the webhook creates nothing"),
+        pytest.param("hami-node", "delete", id="the node pod deletes nothing"),
+        pytest.param("hami-scheduler", "delete", id="the scheduler pod deletes nothing"),
+    ],
+)
+def test_components_get_no_verb_they_do_not_use(overlay: Rendering, account: str, forbidden: str) -> None:
+    assert not {t for t in granted(overlay, account) if t[2] == forbidden}
+
+
+@pytest.mark.parametrize("workload", ["hami-metrics", "hami-nats"])
+def test_bus_only_components_get_no_api_token(overlay: Rendering, workload: str) -> None:
+    pod = next(pod for w, pod in overlay.pod_specs() if w["metadata"]["name"] == workload)
+    assert pod["automountServiceAccountToken"] is False
+    assert granted(overlay, pod["serviceAccountName"]) == set()
+
+
+# --- NATS users: one per service, every password from the Secret ----------------------------------------
+
+NATS_CONF: Final = DEPLOY / "kustomize" / "base" / "nats" / "nats.conf"
+
+
+def nats_config_users() -> dict[str, str]:
+    """user -> the variable its password comes from, as nats.conf declares them."""
+    text = NATS_CONF.read_text()
+    pairs = re.findall(r"user:\s*(\w+)\s*\n\s*password:\s*\$(\w+)", text)
+    return dict(pairs)
+
+
+def test_every_service_connects_to_nats_as_its_own_user(overlay: Rendering) -> None:
+    users = nats_config_users()
+    seen = {}
+    for ref in overlay.containers():
+        env = env_of(ref.container)
+        if "HAMI_NATS_URL" not in env:
+            continue
+        user = env["HAMI_NATS_USER"]["value"]
+        assert user in users, ref.where
+        assert env["HAMI_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == user, ref.where
+        seen[ref.container["name"]] = user
+    assert sorted(seen.values()) == sorted(users), "one container per NATS user, and no user unused"
+
+
+def test_nats_server_gets_every_password_from_the_secret(overlay: Rendering) -> None:
+    env = env_of(overlay.container("hami-nats", "nats").container)
+    for user, variable in nats_config_users().items():
+        assert env[variable]["valueFrom"]["secretKeyRef"]["key"] == user
