@@ -1,0 +1,138 @@
+"""The node agent assembled: one pod watch, the registrar, the pre-stager's consumer, the usage monitor.
+
+:class:`NodeAgent` wires the parts to a connected bus, a kube client and an inventory, and
+:meth:`NodeAgent.run` owns every long-lived task in one TaskGroup until ``stop`` is set. :func:`serve` is
+the process body ``main`` runs: it opens the inventory, NATS and the apiserver, and closes them again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from pathlib import Path
+from typing import Final
+
+import nats.errors
+
+from hami_common import logkeys, subjects
+from hami_common.bus import Bus, Subscription, placement_consumer, placement_stream
+from hami_common.errors import InvalidInput
+from hami_common.events import PlacementDecision
+from hami_common.inventory import GpuInventory, NodeDeviceConfig, apply_node_overrides, open_inventory
+from hami_common.kube import EventRecorder, KubeClient, Pod
+from hami_common.staging import StagingStore
+from hami_common.subjects import PLACEMENT_STREAM
+from hami_nodeagent.messages import PodEnded
+from hami_nodeagent.pods import PodIndex, node_pod_cache
+from hami_nodeagent.prestage import Prestager
+from hami_nodeagent.registration import Registrar
+from hami_nodeagent.settings import NodeAgentSettings
+from hami_nodeagent.usage import UsageMonitor
+
+__all__ = ["COMPONENT", "NodeAgent", "device_config", "serve"]
+
+log = logging.getLogger(__name__)
+
+COMPONENT: Final = "hami-nodeagent"
+
+
+def device_config(settings: NodeAgentSettings) -> NodeDeviceConfig:
+    """The chart-wide knobs with this node's overrides from HAMi's config.json, if one is configured."""
+    config = settings.device_config()
+    if not settings.node_config_file:
+        return config
+    try:
+        text = Path(settings.node_config_file).read_bytes()
+    except OSError as err:
+        raise InvalidInput(f"node config {settings.node_config_file}: {err.strerror or err}") from err
+    return apply_node_overrides(config, text, settings.node_name)
+
+
+class NodeAgent:
+    def __init__(self, settings: NodeAgentSettings, bus: Bus, kube: KubeClient, inventory: GpuInventory) -> None:
+        node = settings.node_name
+        device = device_config(settings)
+        allocation = settings.allocation_config(device)
+        self.settings = settings
+        self.bus = bus
+        self.pods = PodIndex(node_pod_cache(kube, node))
+        self.registrar = Registrar(
+            node=node,
+            inventory=inventory,
+            nodes=kube,
+            publisher=bus,
+            config=device,
+            topology=settings.topology_score,
+            events=EventRecorder(kube, COMPONENT, host=node),
+            register_interval=settings.register_interval,
+            health_interval=settings.health_interval,
+        )
+        self.prestager = Prestager(
+            node=node,
+            store=StagingStore(settings.staging_dir),
+            config=allocation,
+            pods=self.pods,
+            orphan_grace=settings.orphan_grace,
+        )
+        self.usage = UsageMonitor(
+            node=node,
+            root=Path(allocation.vgpu_dir) / "containers",
+            inventory=inventory,
+            pods=self.pods,
+            publisher=bus,
+            interval=settings.usage_interval,
+            dir_grace=settings.cache_dir_grace,
+            feedback=settings.priority_feedback,
+        )
+        self.consumer: Subscription | None = None
+        self._ended: asyncio.Queue[Pod] = asyncio.Queue()
+        self.pods.on_gone.append(self._ended.put_nowait)
+
+    async def start_consumer(self) -> Subscription:
+        await self.bus.ensure_stream(placement_stream())
+        spec = placement_consumer(self.settings.node_name, ack_wait_s=self.settings.placement_ack_wait)
+        self.consumer = await self.bus.consume(PLACEMENT_STREAM, spec, PlacementDecision, self.prestager.on_placement)
+        return self.consumer
+
+    async def announce_ended(self) -> None:
+        """Publish a PodEnded for every pod the watch sees deleted or finished, so its series go at once."""
+        node = self.settings.node_name
+        while True:
+            pod = await self._ended.get()
+            meta = pod.metadata
+            event = PodEnded(
+                node=node, pod_uid=meta.uid, namespace=meta.namespace, name=meta.name, at_ns=time.time_ns()
+            )
+            try:
+                await self.bus.publish(subjects.usage(node), event)
+            except nats.errors.Error as err:
+                log.info("end of pod %s not announced: %s", meta.uid, err, extra={logkeys.POD_UID: meta.uid})
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run every part until ``stop`` is set; then stop the consumer and cancel the loops."""
+        async with asyncio.TaskGroup() as group:
+            tasks = [
+                group.create_task(self.pods.cache.run(), name="pod-watch"),
+                group.create_task(self.registrar.run(), name="registration"),
+                group.create_task(self.usage.run(), name="usage"),
+                group.create_task(self.prestager.run_reconciler(), name="staging-reconciler"),
+                group.create_task(self.announce_ended(), name="pod-ended"),
+            ]
+            consumer = await self.start_consumer()
+            log.info("node agent of %s running", self.settings.node_name)
+            await stop.wait()
+            await consumer.stop()
+            for task in tasks:
+                task.cancel()
+
+
+async def serve(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
+    inventory = await asyncio.to_thread(
+        open_inventory, settings.inventory, node=settings.node_name, fake_file=settings.fake_inventory
+    )
+    try:
+        async with await Bus.connect(settings) as bus, KubeClient.from_settings(settings) as kube:
+            await NodeAgent(settings, bus, kube, inventory).run(stop)
+    finally:
+        inventory.close()
