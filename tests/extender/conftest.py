@@ -6,6 +6,7 @@ import asyncio
 import dataclasses
 import socket
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -75,7 +76,9 @@ class Served:
         return result
 
 
+@asynccontextmanager
 async def serve(settings: ExtenderSettings) -> AsyncIterator[Served]:
+    """Serve an extender with these settings over real HTTP until the block ends."""
     port = _free_port()
     app = create_app(dataclasses.replace(settings, http_port=port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
@@ -96,5 +99,5 @@ async def serve(settings: ExtenderSettings) -> AsyncIterator[Served]:
 
 @pytest.fixture
 async def extender(settings: ExtenderSettings) -> AsyncIterator[Served]:
-    async for served in serve(settings):
+    async with serve(settings) as served:
         yield served

@@ -1,0 +1,143 @@
+"""The node hand-off and placements on NATS (ARCHITECTURE §3): holds end on the allocation result, the
+pod's deletion or a failed bind; binds to different nodes never wait on each other."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from hami_common import subjects
+from hami_common.annotations import NODE_LOCK, TRACE_CONTEXT
+from hami_common.bus import Bus, Delivery
+from hami_common.events import AllocationResult, PlacementDecision
+from hami_sim.kubeapi import KubeApiEmulator
+from hami_sim.waiting import eventually
+from tests.extender.cluster import NODES, PODS, add_node, add_pod, gpu_container
+from tests.extender.conftest import Served
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+async def placed(emulator: KubeApiEmulator, extender: Served, name: str, node: str, **kw: Any) -> dict[str, Any]:
+    pod = add_pod(emulator, name, **kw)
+    result = await extender.filter(pod, [node])
+    assert result["NodeNames"] == [node], result
+    return pod
+
+
+def allocation(pod: dict[str, Any], node: str, ok: bool = True) -> AllocationResult:
+    meta = pod["metadata"]
+    return AllocationResult(
+        pod_uid=meta["uid"],
+        namespace=meta["namespace"],
+        name=meta["name"],
+        node=node,
+        container="main",
+        ok=ok,
+        staged=True,
+        at_ns=time.time_ns(),
+    )
+
+
+def lock_of(emulator: KubeApiEmulator, node: str) -> str | None:
+    value: str | None = (emulator.store.get(NODES, None, node)["metadata"].get("annotations") or {}).get(NODE_LOCK)
+    return value
+
+
+async def test_bind_publishes_the_placement_with_the_pods_trace(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    got: asyncio.Queue[tuple[PlacementDecision, Delivery]] = asyncio.Queue()
+
+    async def on_placement(event: PlacementDecision, delivery: Delivery) -> None:
+        await got.put((event, delivery))
+
+    await bus.subscribe(subjects.placement("node1"), PlacementDecision, on_placement)
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    pod = await placed(emulator, extender, "p1", "node1", annotations={TRACE_CONTEXT: TRACEPARENT})
+    assert await extender.bind(pod, "node1") == {"Error": ""}
+    decision, delivery = await asyncio.wait_for(got.get(), 5)
+    assert (decision.pod_uid, decision.node, decision.name) == (pod["metadata"]["uid"], "node1", "p1")
+    [container] = decision.containers
+    assert (container.name, container.init, len(container.devices)) == ("main", False, 1)
+    assert container.devices[0].usedmem_mib == 1000
+    assert delivery.headers["traceparent"].split("-")[1] == TRACEPARENT.split("-")[1]
+
+
+async def test_allocation_result_on_the_bus_releases_the_node_for_the_next_bind(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    first = await placed(emulator, extender, "first", "node1")
+    second = await placed(emulator, extender, "second", "node1")
+    assert await extender.bind(first, "node1") == {"Error": ""}
+    assert lock_of(
+        emulator,
+        "node1",
+    ).endswith(",default,first")  # type: ignore[union-attr]
+    waiting = asyncio.create_task(extender.bind(second, "node1"))
+    done, _ = await asyncio.wait({waiting}, timeout=0.3)
+    assert not done  # the node is handed to "first" until its allocation is seen
+    await bus.publish(subjects.allocated("node1"), allocation(first, "node1"))
+    assert await asyncio.wait_for(waiting, 5) == {"Error": ""}
+    await eventually(lambda: (lock_of(emulator, "node1") or "").endswith(",default,second"))
+
+
+async def test_binds_to_different_nodes_never_wait_on_each_other(emulator: KubeApiEmulator, extender: Served) -> None:
+    add_node(emulator, "node1")
+    add_node(emulator, "node2")
+    await eventually(lambda: "node1" in extender.state["ledger"] and "node2" in extender.state["ledger"])
+    a = await placed(emulator, extender, "a", "node1")
+    b = await placed(emulator, extender, "b", "node2")
+    assert await extender.bind(a, "node1") == {"Error": ""}
+    assert await asyncio.wait_for(extender.bind(b, "node2"), 2) == {"Error": ""}
+    assert extender.state["binder"].handoff.holder("node1").uid == a["metadata"]["uid"]
+
+
+async def test_pod_deletion_releases_its_hold_and_lock(emulator: KubeApiEmulator, extender: Served) -> None:
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    pod = await placed(emulator, extender, "p1", "node1")
+    assert await extender.bind(pod, "node1") == {"Error": ""}
+    emulator.store.delete(PODS, "default", "p1")
+    handoff = extender.state["binder"].handoff
+    await eventually(lambda: handoff.holder("node1") is None and lock_of(emulator, "node1") is None)
+    assert extender.state["ledger"].booking(pod["metadata"]["uid"]) is None
+
+
+async def test_failed_bind_releases_the_hold_and_the_reservation(emulator: KubeApiEmulator, extender: Served) -> None:
+    add_node(emulator, "node1")
+    add_node(emulator, "node2")
+    await eventually(lambda: "node2" in extender.state["ledger"] and "node1" in extender.state["ledger"])
+    pod = await placed(emulator, extender, "p1", "node1")
+    result = await extender.bind(pod, "node2")  # not the node Filter chose
+    assert "was filtered to node1" in result["Error"]
+    assert extender.state["binder"].handoff.holder("node1") is None
+    assert extender.state["ledger"].booking(pod["metadata"]["uid"]) is None
+
+
+async def test_filter_undoes_its_reservation_when_the_patch_fails(emulator: KubeApiEmulator, extender: Served) -> None:
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    ghost = {
+        "metadata": {"name": "ghost", "namespace": "default", "uid": "ghost-uid"},
+        "spec": {"containers": [gpu_container()]},
+    }
+    result = await extender.filter(ghost, ["node1"])
+    assert "ghost" in result["Error"]
+    assert extender.state["ledger"].booking("ghost-uid") is None
+    view = extender.state["ledger"].view("node1")
+    assert all(d.used == 0 for d in view.usage.devices)
+
+
+async def test_a_pod_without_a_gpu_in_app_containers_binds_without_holding_the_node(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    pod = add_pod(emulator, "cpu", containers=[{"name": "c", "image": "busybox"}])
+    assert await extender.bind(pod, "anywhere") == {"Error": ""}
+    assert emulator.store.get(PODS, "default", "cpu")["spec"]["nodeName"] == "anywhere"

@@ -1,0 +1,150 @@
+"""The extender's wire JSON and its error conventions (k8s-interfaces §2.1, hami-protocol §4.1, §8 case 27)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from pathlib import Path
+
+import msgspec
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hami_common.errors import InvalidInput
+from hami_extender.wire import (
+    BindingArgs,
+    BindingResult,
+    FilterResult,
+    HostPriority,
+    RawNodeList,
+    decode_binding_args,
+    decode_filter_args,
+    encode,
+)
+from hami_sim.kubeapi import KubeApiEmulator
+from tests.extender.cluster import add_pod
+from tests.extender.conftest import Served
+
+
+def golden(shared_fixtures: Path, name: str) -> bytes:
+    return (shared_fixtures / "k8s" / f"extender.v1.{name}.golden.json").read_bytes()
+
+
+def test_filter_args_golden_decodes(shared_fixtures: Path) -> None:
+    args = decode_filter_args(golden(shared_fixtures, "ExtenderArgs"))
+    assert args.pod is not None
+    assert args.pod.metadata.name == "podname"
+    assert args.node_names == ["node1"]
+    assert [n.metadata.name for n in args.node_objects] == ["nodename"]
+
+
+def test_filter_result_encodes_as_the_golden_json(shared_fixtures: Path) -> None:
+    expected = json.loads(golden(shared_fixtures, "ExtenderFilterResult"))
+    items = [msgspec.Raw(json.dumps(item).encode()) for item in expected["Nodes"]["items"]]
+    result = FilterResult(
+        nodes=RawNodeList(items=items),
+        node_names=["node1"],
+        failed_nodes={"foo": "bar"},
+        failed_and_unresolvable_nodes={"baz": "qux"},
+        error="myerror",
+    )
+    assert json.loads(encode(result)) == expected
+
+
+def test_binding_json_matches_the_golden_files(shared_fixtures: Path) -> None:
+    args = decode_binding_args(golden(shared_fixtures, "ExtenderBindingArgs"))
+    assert args == BindingArgs(pod_name="mypodname", pod_namespace="mypodnamespace", pod_uid="mypoduid", node="mynode")
+    assert json.loads(encode(BindingResult(error="myerror"))) == json.loads(
+        golden(shared_fixtures, "ExtenderBindingResult")
+    )
+    assert json.loads(encode([HostPriority(host="myhost", score=1)])) == [
+        json.loads(golden(shared_fixtures, "HostPriority"))
+    ]
+
+
+def test_an_empty_result_still_writes_every_field_with_null() -> None:
+    assert encode(FilterResult(node_names=["n"])) == (
+        b'{"Nodes":null,"NodeNames":["n"],"FailedNodes":null,"FailedAndUnresolvableNodes":null,"Error":""}'
+    )
+
+
+def test_keys_are_matched_case_insensitively_like_go() -> None:
+    args = decode_filter_args(b'{"pod":{"metadata":{"name":"p"}},"nodenames":["a"],"nodes":null}')
+    assert args.node_names == ["a"]
+    assert decode_binding_args(b'{"podname":"p","podnamespace":"ns","poduid":"u","node":"n"}').node == "n"
+
+
+def test_args_without_a_pod_are_refused_with_hamis_message() -> None:
+    with pytest.raises(InvalidInput, match="extender args missing pod"):
+        decode_filter_args(b'{"NodeNames":["node1"]}')
+
+
+@given(st.binary(max_size=200))
+def test_filter_decoder_answers_any_bytes_with_args_or_invalid_input(body: bytes) -> None:
+    with contextlib.suppress(InvalidInput):
+        decode_filter_args(body)
+
+
+@given(
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.text(max_size=5),
+        lambda kids: st.lists(kids, max_size=3) | st.dictionaries(st.text(max_size=8), kids, max_size=3),
+        max_leaves=10,
+    )
+)
+def test_filter_decoder_answers_any_json_with_args_or_invalid_input(value: object) -> None:
+    for body in (json.dumps(value).encode(), json.dumps({"Pod": value, "NodeNames": value}).encode()):
+        with contextlib.suppress(InvalidInput):
+            decode_filter_args(body)
+
+
+MALFORMED = [
+    pytest.param(b"{not json", "decode extender args", id="bad JSON"),
+    pytest.param(b'{"NodeNames":["node1"]}', "extender args missing pod", id="no pod"),
+    pytest.param(b'{"Pod":null,"NodeNames":["node1"]}', "extender args missing pod", id="a null pod"),
+    pytest.param(b"[1,2,3]", "decode extender args", id="an array instead of an object"),
+    pytest.param(b'{"Pod":{"spec":{"containers":"x"}}}', "decode extender args", id="a pod of the wrong shape"),
+    pytest.param(b'{"Pod":{}, "NodeNames":' + b'"x" ' * (1 << 19) + b"}", "EOF", id="a body over 1 MiB"),
+]
+
+
+@pytest.mark.parametrize(("body", "error"), MALFORMED)
+async def test_malformed_filter_args_get_200_with_error_and_the_server_keeps_serving(
+    extender: Served, body: bytes, error: str
+) -> None:
+    response = await extender.client.post("/filter", content=body)
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "application/json"
+    assert error in response.json()["Error"]
+    assert (await extender.client.get("/healthz")).status_code == 200
+
+
+async def test_malformed_binding_args_get_200_with_error(extender: Served) -> None:
+    response = await extender.client.post("/bind", content=b'{"PodName": 7}')
+    assert response.status_code == 200
+    assert response.json()["Error"]
+
+
+@pytest.mark.parametrize("path", ["/filter", "/bind", "/prioritize"])
+async def test_an_empty_body_gets_400_as_hami_answers(extender: Served, path: str) -> None:
+    response = await extender.client.post(path, content=b"")
+    assert response.status_code == 400
+    assert response.text == "Please send a request body"
+
+
+async def test_unknown_node_names_are_reported_unregistered(emulator: KubeApiEmulator, extender: Served) -> None:
+    result = await extender.filter(add_pod(emulator, "p"), ["nowhere", "elsewhere"])
+    assert result["FailedNodes"] == {"nowhere": "node unregistered", "elsewhere": "node unregistered"}
+    assert result["Error"] == ""
+
+
+async def test_probes_answer(extender: Served) -> None:
+    assert (await extender.client.get("/healthz")).text == ""
+    ready = (await extender.client.get("/readyz")).json()
+    assert (ready["leader"], ready["identity"], ready["synced"]) == (True, "extender-test", True)
+
+
+async def test_prioritize_scores_every_node_between_0_and_10(extender: Served) -> None:
+    response = await extender.client.post("/prioritize", json={"Pod": {}, "NodeNames": ["a", "b"]})
+    assert response.json() == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
