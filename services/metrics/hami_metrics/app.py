@@ -49,7 +49,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
         s = settings or load(MetricsSettings, [])  # the environment is read here, once, unless given settings
-        s.validate()
         token = s.token()
         agg = aggregator or Aggregator(s.retention(), shard=Shard(s.shard_index, s.shard_count))
         async with contextlib.AsyncExitStack() as stack:

@@ -46,7 +46,8 @@ class MetricsSettings(BusSettings):
         except OSError as err:
             raise InvalidInput(f"cannot read --metrics-token-file: {err}") from err
 
-    def validate(self) -> None:
+    def __post_init__(self) -> None:
+        """Reject inconsistent settings when they are loaded (``load`` turns this into exit status 2)."""
         if self.shard_count < 1 or not 0 <= self.shard_index < self.shard_count:
             raise InvalidInput(f"shard {self.shard_index} of {self.shard_count}: need 0 <= index < count")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):

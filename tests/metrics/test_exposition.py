@@ -1,0 +1,94 @@
+"""The exposition: text format correctness (promtool, prometheus_client's parser and encoder), escaping."""
+
+from __future__ import annotations
+
+import subprocess
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, generate_latest
+
+from hami_common.events import AdmissionEvent, AllocationResult
+from hami_metrics.collector import FamilyCollector
+from hami_metrics.exposition import BuildInfo, Scrape, collect
+from hami_metrics.messages import DeviceSample
+from hami_metrics.state import ClusterState, apply
+from hami_metrics.textformat import TextRenderer
+
+from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse, placement, usage
+
+BUILD = BuildInfo(version="0.1.0", revision="abc", build_date="2026-01-01")
+
+
+def populated(pod_name_suffix: str = "") -> ClusterState:
+    """A state that makes every family carry samples."""
+    events: list[object] = [
+        inventory(),
+        placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30))),
+        usage("u1", GPU_A, context_bytes=1, module_bytes=2, buffer_bytes=3, last_kernel_at_s=START_NS // 10**9 - 2),
+        usage("u2", GPU_B),
+        DeviceSample(node=NODE, device_uuid=GPU_A, index=0, name="A100", memory_used_bytes=7, at_ns=START_NS),
+        AdmissionEvent(pod_uid="u1", namespace="team-a", name="p", allowed=True, gpu_containers=1, at_ns=START_NS),
+        AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
+                         staged=False, at_ns=START_NS + 10**8),
+    ]  # fmt: skip
+    state = ClusterState()
+    for event in events:
+        state = apply(state, event, START_NS)  # type: ignore[arg-type]
+    return state
+
+
+def scrape(legacy: bool = False) -> Scrape:
+    return Scrape(now_ns=START_NS, build=BUILD, legacy=legacy, bus_counts={"received": 9, "malformed": 1})
+
+
+def test_exposition_passes_promtool_check_metrics(promtool: str) -> None:
+    body = TextRenderer().render(collect(populated(), scrape()))
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr.decode() + result.stdout.decode()
+
+
+def test_every_family_carries_samples_in_the_populated_state() -> None:
+    empty = [f.spec.name for f in collect(populated(), scrape(legacy=True)) if not f.series]
+    assert empty == []
+
+
+def test_own_text_and_prometheus_client_encode_the_same_samples() -> None:
+    families = collect(populated(), scrape(legacy=True))
+    ours = parse(TextRenderer().render(families).decode())
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(FamilyCollector(lambda: families))
+    theirs = parse(generate_latest(registry).decode())
+    assert ours == theirs
+
+
+def test_rendering_twice_gives_the_same_bytes() -> None:
+    renderer, families = TextRenderer(), collect(populated(), scrape())
+    assert renderer.render(families) == renderer.render(families)
+
+
+label_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
+
+
+@settings(max_examples=60, deadline=None)
+@given(namespace=label_text, pod=label_text, model=label_text)
+def test_any_label_value_round_trips_through_the_text_format(namespace: str, pod: str, model: str) -> None:
+    event = usage("u1").__class__(
+        node=NODE, pod_uid="u1", namespace=namespace, pod=pod, container="c", device_uuid=GPU_A,
+        used_bytes=1, limit_bytes=2, at_ns=START_NS,
+    )  # fmt: skip
+    sample = DeviceSample(node=NODE, device_uuid=GPU_A, index=0, name=model, memory_used_bytes=3, at_ns=START_NS)
+    state = apply(apply(ClusterState(), event, START_NS), sample, START_NS)
+    samples = parse(TextRenderer().render(collect(state, scrape())).decode())
+    used = {dict(lb)["pod"]: dict(lb)["namespace"] for (name, lb) in samples if name == "hami_vgpu_memory_used_bytes"}
+    assert used == {pod: namespace}
+    host = [dict(lb)["device_type"] for (name, lb) in samples if name == "hami_host_gpu_memory_used_bytes"]
+    assert host == ["NVIDIA-" + model]
+
+
+def test_with_legacy_names_promtool_objects_only_to_hamis_camel_case(promtool: str) -> None:
+    body = TextRenderer().render(collect(populated(), scrape(legacy=True)))
+    result = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=60, check=False)
+    problems = [line for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()]
+    assert problems
+    assert all("camelCase" in line for line in problems), problems
