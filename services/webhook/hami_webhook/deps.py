@@ -1,4 +1,7 @@
-"""Dependencies of the routes: what the lifespan opened, reached through the request's state."""
+"""Dependencies of the routes: what the lifespan opened, reached through the request's state.
+
+They are ``async`` on purpose: FastAPI runs plain functions in a worker thread, a hop per request.
+"""
 
 from __future__ import annotations
 
@@ -21,17 +24,17 @@ class State(TypedDict):
     ready: Callable[[], bool]
 
 
-def get_settings(request: Request) -> WebhookSettings:
+async def get_settings(request: Request) -> WebhookSettings:
     settings: WebhookSettings = request.state.settings
     return settings
 
 
-def get_reviewer(request: Request) -> Reviewer:
+async def get_reviewer(request: Request) -> Reviewer:
     reviewer: Reviewer = request.state.reviewer
     return reviewer
 
 
-def get_ready(request: Request) -> Callable[[], bool]:
+async def get_ready(request: Request) -> Callable[[], bool]:
     ready: Callable[[], bool] = request.state.ready
     return ready
 
