@@ -140,3 +140,8 @@ async def test_settings_load_from_flags_and_environment() -> None:
 
     settings = load(KubeSettings, ["--kubeconfig", "/k"], env={"HAMI_KUBE_TIMEOUT": "3.5"})
     assert (settings.kubeconfig, settings.kube_timeout) == ("/k", 3.5)
+
+
+def test_missing_kubeconfig_is_invalid_input(tmp_path: Any) -> None:
+    with pytest.raises(InvalidInput, match="no usable Kubernetes configuration"):
+        KubeClient.from_settings(KubeSettings(kubeconfig=str(tmp_path / "absent")))
