@@ -61,12 +61,12 @@ class Record:
     command: str
     fields: Mapping[str, str]
 
-    def int(self, key: str) -> int:
+    def num(self, key: str) -> int:
         return int(self.fields[key])
 
     @property
     def rc(self) -> int:
-        return self.int("rc")
+        return int(self.fields["rc"])
 
 
 def parse(line: str) -> Record:
@@ -147,10 +147,9 @@ class Probe:
                 proc.kill()
             proc.wait(timeout=30)
             session.join_reader()
-            assert proc.stderr is not None and proc.stdin is not None and proc.stdout is not None
-            proc.stdin.close()
-            proc.stdout.close()
-            proc.stderr.close()
+            for stream in (proc.stdin, proc.stdout, proc.stderr):
+                assert stream is not None
+                stream.close()
 
 
 class Session:
@@ -209,7 +208,7 @@ class Session:
         self.proc.wait(timeout=timeout)
         err = self.proc.stderr.read()
         self._reader.join(timeout)
-        while (line := self.next_line(timeout=0.01)) is not None:
+        while self.next_line(timeout=0.01) is not None:
             pass
         assert_clean_exit(self.proc.returncode, err)
         return self.records, err

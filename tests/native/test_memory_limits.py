@@ -29,7 +29,7 @@ def test_alloc_up_to_the_limit_succeeds_and_one_byte_more_fails(probe: Probe) ->
 def test_no_limit_set_means_no_limit(probe: Probe) -> None:
     run = probe.run("init", "alloc:10g", "meminfo")
     assert run.one("alloc").rc == 0
-    assert run.one("meminfo").int("total") == 16 * GiB  # the stub's physical size
+    assert run.one("meminfo").num("total") == 16 * GiB  # the stub's physical size
 
 
 @pytest.mark.parametrize(
@@ -38,7 +38,7 @@ def test_no_limit_set_means_no_limit(probe: Probe) -> None:
 )
 def test_size_suffixes_are_powers_of_1024(probe: Probe, value: str, limit: int) -> None:
     run = probe.run("init", "totalmem", f"alloc:{limit}", "alloc:1", env={"CUDA_DEVICE_MEMORY_LIMIT": value})
-    assert run.one("totalmem").int("bytes") == limit
+    assert run.one("totalmem").num("bytes") == limit
     assert [r.rc for r in run.of("alloc")] == [0, OOM]
 
 
@@ -54,8 +54,17 @@ def test_per_device_limit_overrides_the_global_one(probe: Probe) -> None:
 
 @pytest.mark.parametrize(
     "allocation",
-    ["alloc:600m", "managed:600m", "async:600m", "pool:600m", "pitch:65536x9600", "vmm:600m",
-     "array:40000x4000", "array3d:1000x400x400", "mipmap:40000x4000"],
+    [
+        "alloc:600m",
+        "managed:600m",
+        "async:600m",
+        "pool:600m",
+        "pitch:65536x9600",
+        "vmm:600m",
+        "array:40000x4000",
+        "array3d:1000x400x400",
+        "mipmap:40000x4000",
+    ],
 )
 def test_every_allocation_path_counts_against_the_limit(probe: Probe, allocation: str) -> None:
     run = probe.run("init", allocation, "alloc:600m", "free", "alloc:600m", env=LIMIT_1G)
@@ -69,16 +78,16 @@ def test_every_allocation_path_counts_against_the_limit(probe: Probe, allocation
 def test_freeing_returns_memory_to_the_slice(probe: Probe) -> None:
     run = probe.run("init", "alloc:700m", "free", "alloc:700m", "meminfo", env=LIMIT_1G)
     assert [r.rc for r in run.of("alloc")] == [0, 0]
-    assert run.one("meminfo").int("free") == GiB - 700 * MiB
+    assert run.one("meminfo").num("free") == GiB - 700 * MiB
 
 
 def test_memory_info_reports_the_slice(probe: Probe) -> None:
     run = probe.run("init", "alloc:512m", "meminfo", "totalmem", "nvmlmem", "nvmlmem2", env=LIMIT_1G)
     meminfo = run.one("meminfo")
-    assert (meminfo.int("total"), meminfo.int("free")) == (GiB, 512 * MiB)
-    assert run.one("totalmem").int("bytes") == GiB
+    assert (meminfo.num("total"), meminfo.num("free")) == (GiB, 512 * MiB)
+    assert run.one("totalmem").num("bytes") == GiB
     for nvml in run.of("nvmlmem"):
-        assert (nvml.int("total"), nvml.int("used"), nvml.int("free")) == (GiB, 512 * MiB, 512 * MiB)
+        assert (nvml.num("total"), nvml.num("used"), nvml.num("free")) == (GiB, 512 * MiB, 512 * MiB)
 
 
 def test_memory_info_never_wraps_when_usage_exceeds_the_limit(probe: Probe, cache: Path) -> None:
@@ -89,8 +98,8 @@ def test_memory_info_never_wraps_when_usage_exceeds_the_limit(probe: Probe, cach
         holder.proceed()
         holder.finish()
     meminfo, nvml = run.one("meminfo"), run.one("nvmlmem")
-    assert (meminfo.rc, meminfo.int("free"), meminfo.int("total")) == (0, 0, GiB)
-    assert (nvml.rc, nvml.int("free"), nvml.int("used")) == (0, 0, 1500 * MiB)
+    assert (meminfo.rc, meminfo.num("free"), meminfo.num("total")) == (0, 0, GiB)
+    assert (nvml.rc, nvml.num("free"), nvml.num("used")) == (0, 0, 1500 * MiB)
     assert run.one("alloc").rc == OOM
     assert read_cache(cache).usage() == 0
 
@@ -100,7 +109,7 @@ def test_memory_info_with_null_outputs_is_an_error_not_a_crash(probe: Probe) -> 
 
 
 def test_total_memory_without_a_limit_is_the_device_size(probe: Probe) -> None:
-    assert probe.run("init", "totalmem").one("totalmem").int("bytes") == 16 * GiB
+    assert probe.run("init", "totalmem").one("totalmem").num("bytes") == 16 * GiB
 
 
 def test_driver_errors_pass_through_and_leave_no_charge(probe: Probe, cache: Path) -> None:
@@ -115,4 +124,4 @@ def test_driver_errors_pass_through_and_leave_no_charge(probe: Probe, cache: Pat
 
 def test_child_after_fork_shares_the_limit(probe: Probe) -> None:
     run = probe.run("init", "alloc:600m", "fork:600m", "fork:300m", env=LIMIT_1G)
-    assert [r.int("child_rc") for r in run.of("fork")] == [OOM, 0]
+    assert [r.num("child_rc") for r in run.of("fork")] == [OOM, 0]

@@ -8,9 +8,8 @@ import subprocess
 from pathlib import Path
 
 from hami_sim.waiting import eventually_sync
-
 from tests.native import _cache_file as spec
-from tests.native._probe import OOM, GiB, MiB, Probe, program
+from tests.native._probe import OOM, GiB, MiB, Probe, Record, program
 
 LIMIT_1G = {"CUDA_DEVICE_MEMORY_LIMIT": "1g"}
 
@@ -44,7 +43,7 @@ def test_two_processes_share_one_limit(probe: Probe) -> None:
         second = probe.run("init", "meminfo", "alloc:600m", "alloc:400m", env=LIMIT_1G)
         first.proceed()
         first.finish()
-    assert second.one("meminfo").int("free") == GiB - 600 * MiB
+    assert second.one("meminfo").num("free") == GiB - 600 * MiB
     assert [r.rc for r in second.of("alloc")] == [OOM, 0]
     assert probe.run("init", "alloc:1g", env=LIMIT_1G).one("alloc").rc == 0
 
@@ -64,7 +63,8 @@ def test_lock_held_by_a_killed_process_does_not_wedge_the_container(probe: Probe
     probe.run("init", env=LIMIT_1G)  # creates the file
     holder = subprocess.Popen([str(program("lock_holder")), str(cache)], stdout=subprocess.PIPE, text=True)
     try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert holder.stdout is not None
+        assert holder.stdout.readline().strip() == "locked"
         with probe.start("init", "alloc:100m", env=LIMIT_1G) as blocked:
             assert blocked.next_line(timeout=0.5) is None  # attaching needs the lock
             holder.send_signal(signal.SIGKILL)
@@ -77,7 +77,8 @@ def test_lock_held_by_a_killed_process_does_not_wedge_the_container(probe: Probe
         holder.wait(timeout=30)
         if holder.stdout is not None:
             holder.stdout.close()
-    assert not isinstance(init, str) and init.rc == 0
+    assert isinstance(init, Record)
+    assert init.rc == 0
     assert [r.rc for r in records if r.command == "alloc"] == [0]
 
 

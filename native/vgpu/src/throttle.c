@@ -23,7 +23,6 @@
 #include "shared_cache.h"
 
 enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256, MAX_PROCS_LISTED = 256 };
-static const int64_t MIN_ALLOWANCE = 1;               /* blocks per tick: never starve completely */
 static const int64_t MAX_ALLOWANCE = INT64_MAX / 4;
 
 _Atomic unsigned vgpu_launch_gate = VGPU_GATE_UNREADY;
@@ -33,6 +32,7 @@ struct bucket {
     _Atomic uint64_t launched;  /* blocks launched since the last tick */
     _Atomic bool active;
     int64_t allowance;          /* blocks per tick; sampler thread only */
+    int64_t floor;              /* one block per SM per tick: a busy GPU slows us, never starves us */
 };
 
 static struct bucket buckets[VGPU_MAX_DEVICES];
@@ -123,10 +123,10 @@ CUresult vgpu_launch_slow(uint64_t blocks) {
         atomic_store(&launch_seen, true);
         atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_TICK);
     }
-    if (g & VGPU_GATE_BLOCKED) {
-        while (blocked_by_monitor())
-            sleep_ms(10);
-    }
+    /* Also checked directly: the slow path runs at least once per tick, so a block set by the monitor
+     * takes effect before the sampler has seen it. */
+    while (blocked_by_monitor())
+        sleep_ms(10);
     if (g & VGPU_GATE_THROTTLE)
         take_tokens(vgpu_current_device(), blocks);
     return CUDA_SUCCESS;
@@ -224,7 +224,7 @@ static int container_util(int d, struct vgpu_slot *me) {
 }
 
 /* New allowance from what we launched last tick and what the container achieved with it. */
-static int64_t steer(int64_t allowance, uint64_t launched, int util, uint64_t limit) {
+static int64_t steer(int64_t allowance, int64_t floor, uint64_t launched, int util, uint64_t limit) {
     if (util < 0)
         return allowance; /* no fresh sample: hold */
     int64_t next = allowance;
@@ -241,7 +241,7 @@ static int64_t steer(int64_t allowance, uint64_t launched, int util, uint64_t li
         if (next > allowance)
             next = allowance;
     }
-    return next < MIN_ALLOWANCE ? MIN_ALLOWANCE : (next > MAX_ALLOWANCE ? MAX_ALLOWANCE : next);
+    return next < floor ? floor : (next > MAX_ALLOWANCE ? MAX_ALLOWANCE : next);
 }
 
 static void refill(struct bucket *b, int64_t allowance) {
@@ -284,7 +284,7 @@ static bool tick(void) {
             continue;
         any = true;
         int util = container_util(d, me);
-        b->allowance = steer(b->allowance, atomic_exchange(&b->launched, 0), util, sm_limit_of(d));
+        b->allowance = steer(b->allowance, b->floor, atomic_exchange(&b->launched, 0), util, sm_limit_of(d));
         refill(b, b->allowance);
     }
     return any;
@@ -307,6 +307,7 @@ static void init_buckets(void) {
         if (!HAVE_REAL(cuDeviceGetAttribute) ||
             REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) != CUDA_SUCCESS || sms <= 0)
             sms = 16;
+        buckets[d].floor = sms;
         buckets[d].allowance = (int64_t)sms * 8; /* a few waves per tick until the first sample */
         atomic_store(&buckets[d].tokens, buckets[d].allowance);
         atomic_store(&buckets[d].launched, 0);
