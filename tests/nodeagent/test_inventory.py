@@ -6,6 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.inventory import (
@@ -19,6 +22,7 @@ from hami_common.inventory import (
     NvmlInventory,
     PcieLevel,
     apply_node_overrides,
+    decode_fake_inventory,
     open_inventory,
     pair_scores,
 )
@@ -109,6 +113,11 @@ def test_fake_inventory_declares_a_node_without_gpus(inventory_file: Path) -> No
             "twice",
             id="a GPU listed twice",
         ),
+        pytest.param(
+            "nodes: {gpu-node-1: [{uuid: G, model: M, memory_mib: 1}, {uuid: H, index: 0, model: M, memory_mib: 1}]}",
+            "twice",
+            id="two GPUs with one index",
+        ),
     ],
 )
 def test_fake_inventory_refuses_malformed_files(tmp_path: Path, text: str, words: str) -> None:
@@ -187,3 +196,47 @@ def test_node_overrides_apply_only_to_the_named_node() -> None:
 def test_node_overrides_refuse_what_cannot_be_registered(config: str) -> None:
     with pytest.raises(InvalidInput):
         apply_node_overrides(NodeDeviceConfig(), config, NODE)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200))
+def test_any_inventory_text_is_declared_gpus_or_invalid_input(text: str) -> None:
+    try:
+        gpus, stats = decode_fake_inventory(text, NODE)
+    except InvalidInput:
+        return
+    assert len({g.uuid for g in gpus}) == len({g.index for g in gpus}) == len(gpus) == len(stats)
+
+
+GPU_ENTRY = st.fixed_dictionaries(
+    {"uuid": st.text(max_size=8), "model": st.text(max_size=8), "memory_mib": st.integers(-5, 10**6)},
+    optional={
+        "index": st.integers(-2, 8),
+        "numa": st.integers(-2, 4),
+        "healthy": st.booleans(),
+        "links": st.lists(st.fixed_dictionaries({"peer": st.text(max_size=4), "nvlinks": st.integers(-1, 20)})),
+        "used_mib": st.integers(-1, 10),
+        "color": st.just("red"),
+    },
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(GPU_ENTRY, max_size=4))
+def test_any_declared_node_is_registered_sanely_or_refused(entries: list[dict[str, object]]) -> None:
+    try:
+        gpus, _ = decode_fake_inventory(yaml.safe_dump({"nodes": {NODE: entries}}), NODE)
+    except InvalidInput:
+        return
+    assert all(g.uuid and g.memory_mib >= 0 and g.numa >= 0 and g.index >= 0 for g in gpus)
+    assert all(link.nvlinks >= 0 for g in gpus for link in g.links)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.one_of(st.binary(max_size=100), st.text(max_size=100)))
+def test_any_node_config_bytes_are_overrides_or_invalid_input(raw: bytes | str) -> None:
+    try:
+        config = apply_node_overrides(NodeDeviceConfig(), raw, NODE)
+    except InvalidInput:
+        return
+    assert config.split_count >= 1

@@ -196,3 +196,10 @@ def test_staged_pods_the_watch_never_saw_are_removed_after_the_grace(tmp_path: P
     assert prestager.reconcile([], None, now) == []  # the watch has not listed yet: nothing is judged
     assert prestager.reconcile([], {"known"}, now) == ["old"]
     assert sorted(prestager.store.staged_uids()) == ["fresh", "known"]
+
+
+async def test_decision_without_devices_stages_nothing(tmp_path: Path) -> None:
+    prestager = _prestager(tmp_path)
+    idle = msgspec.structs.replace(decision("cpu-only"), containers=(ContainerPlacement(name="main"),))
+    await prestager.on_placement(idle, Delivery(subjects.placement(NODE), {}, 1))
+    assert (prestager.staged, prestager.skipped, prestager.store.staged_uids()) == (0, 1, [])

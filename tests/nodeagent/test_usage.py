@@ -140,12 +140,17 @@ async def test_cache_directories_of_vanished_pods_are_removed_after_the_grace(
     leaving = write_cache(root / f"{gone_uid}_main" / "x.cache", CACHE).parent
     never = write_cache(root / "never-seen-uid_main" / "x.cache", CACHE).parent
     young = write_cache(root / "young-uid_main" / "x.cache", CACHE).parent
-    for old in (live, leaving, never):
+    limits = tmp_path / "limits"
+    limits.mkdir()
+    for name in (live.name, leaving.name, never.name):
+        (limits / name).write_text("CUDA_DEVICE_SM_LIMIT=30\n")
+    for old in (live, leaving, never, limits / live.name, limits / leaving.name, limits / never.name):
         os.utime(old, (1_000_000, 1_000_000))
     await delete_pod(kube, "leaving")
     await eventually(lambda: pods.ended(gone_uid), what="deletion seen")
-    await _monitor(root, inventory_file, pods, Recorder(), dir_grace=60.0).scan()
+    await _monitor(root, inventory_file, pods, Recorder(), dir_grace=60.0, limits_root=limits).scan()
     assert sorted(os.listdir(root)) == sorted([live.name, young.name])
+    assert os.listdir(limits) == [live.name]
 
 
 async def test_feedback_is_written_back_into_the_cache_files(

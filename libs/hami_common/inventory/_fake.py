@@ -91,9 +91,8 @@ def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...]
             )
         )
         stats.append(GpuStats(entry.uuid, entry.used_mib * _MIB, entry.utilization, entry.memory_utilization))
-    uuids = [g.uuid for g in gpus]
-    if len(set(uuids)) != len(uuids):
-        raise InvalidInput(f"fake inventory: node {node} lists a GPU twice")
+    if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
+        raise InvalidInput(f"fake inventory: node {node} lists a GPU (uuid or index) twice")
     return tuple(gpus), tuple(stats)
 
 

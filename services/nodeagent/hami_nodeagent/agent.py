@@ -84,6 +84,7 @@ class NodeAgent:
             interval=settings.usage_interval,
             dir_grace=settings.cache_dir_grace,
             feedback=settings.priority_feedback,
+            limits_root=Path(allocation.limits_host_dir or f"{allocation.vgpu_dir}/limits"),
         )
         self.consumer: Subscription | None = None
         self._ended: asyncio.Queue[Pod] = asyncio.Queue()

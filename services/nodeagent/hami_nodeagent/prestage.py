@@ -18,6 +18,7 @@ import logging
 import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
+from typing import Final, Literal
 
 from hami_common import logkeys, spans
 from hami_common.allocation import NodeAllocationConfig, build_pod, from_placement
@@ -28,9 +29,16 @@ from hami_common.staging import StagedPod, StagingStore, write_host_files
 from hami_common.tracing import to_annotation, tracer
 from hami_nodeagent.pods import PodIndex
 
-__all__ = ["Prestager"]
+__all__ = ["Outcome", "Prestager"]
 
 log = logging.getLogger(__name__)
+
+Outcome = Literal["staged", "repeated", "empty"]
+_OUTCOMES: Final[dict[Outcome, str]] = {
+    "staged": "staged",
+    "repeated": "staged before, acknowledged again",
+    "empty": "no container has a device, nothing to stage",
+}
 
 
 @dataclass(eq=False)
@@ -43,18 +51,18 @@ class Prestager:
     clock: Callable[[], int] = time.time_ns
     staged: int = 0  # entries written
     repeated: int = 0  # decisions that were staged before (redeliveries)
-    skipped: int = 0  # decisions of pods already gone, or without GPU containers
+    skipped: int = 0  # decisions of pods already gone, or without a device to stage
 
     # --- the consumer ---------------------------------------------------------------------------------------
 
-    def stage(self, decision: PlacementDecision, trace_context: str = "") -> bool:
-        """Build and write one pod's entry (blocking); False when it was staged before or needs nothing."""
-        allocations = build_pod(from_placement(decision), self.config)  # InvalidInput: never redelivered
+    def stage(self, decision: PlacementDecision, trace_context: str = "") -> Outcome:
+        """Build and write one pod's entry (blocking). InvalidInput for a decision no retry can fix."""
+        allocations = build_pod(from_placement(decision), self.config)
         if not allocations:
-            return False
+            return "empty"
         for allocation in allocations:
             write_host_files(allocation)
-        return self.store.put(
+        wrote = self.store.put(
             StagedPod(
                 pod_uid=decision.pod_uid,
                 namespace=decision.namespace,
@@ -65,6 +73,7 @@ class Prestager:
                 containers=allocations,
             )
         )
+        return "staged" if wrote else "repeated"
 
     async def on_placement(self, decision: PlacementDecision, delivery: Delivery) -> None:
         """Stage one decision; the bus acks when this returns, naks on TransientError, terms on InvalidInput."""
@@ -78,17 +87,18 @@ class Prestager:
         with tracer().start_as_current_span(spans.STAGE) as span:
             span.set_attribute(logkeys.POD_UID, decision.pod_uid)
             try:
-                wrote = await asyncio.to_thread(self.stage, decision, to_annotation() or "")
+                outcome = await asyncio.to_thread(self.stage, decision, to_annotation() or "")
             except OSError as err:
                 raise TransientError(f"staging pod {decision.pod_uid} failed: {err}", retry_after=2.0) from err
-        if wrote:
+            span.set_attribute("outcome", outcome)
+        if outcome == "staged":
             self.staged += 1
-            log.info("staged pod %s/%s (delivery %d)", decision.namespace, decision.name, delivery.deliveries,
-                     extra=fields)  # fmt: skip
-        else:
+        elif outcome == "repeated":
             self.repeated += 1
-            log.info("pod %s/%s was staged before: delivery %d acknowledged", decision.namespace, decision.name,
-                     delivery.deliveries, extra=fields)  # fmt: skip
+        else:
+            self.skipped += 1
+        log.info("placement of pod %s/%s (delivery %d): %s", decision.namespace, decision.name, delivery.deliveries,
+                 _OUTCOMES[outcome], extra=fields)  # fmt: skip
 
     # --- removing entries of pods that are gone -------------------------------------------------------------
 

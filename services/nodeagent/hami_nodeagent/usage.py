@@ -8,8 +8,8 @@ file of each with :func:`hami_common.sharedcache.read_shared_cache`, and publish
 
 A file that is truncated, oversized or corrupt is skipped with one log line (again only when its problem
 changes) and the scan goes on. The directory of a pod that is gone is removed once it is older than
-``dir_grace`` (HAMi waits 5 minutes). With ``feedback`` on, the priority feedback of :mod:`.feedback` is
-written back into the files.
+``dir_grace`` (HAMi waits 5 minutes), and so is the pod's limits file under ``limits_root``. With
+``feedback`` on, the priority feedback of :mod:`.feedback` is written back into the files.
 """
 
 from __future__ import annotations
@@ -111,6 +111,7 @@ class UsageMonitor:
     interval: float = 5.0
     dir_grace: float = 300.0
     feedback: bool = True
+    limits_root: Path | None = None  # where staging writes the containers' limits files
     clock: Callable[[], int] = time.time_ns
     skipped: int = 0  # files skipped as malformed, over all scans
     published: int = 0
@@ -198,6 +199,25 @@ class UsageMonitor:
                 continue
             log.info("removing cache directory %s of a pod that is gone", d.path, extra={logkeys.POD_UID: d.pod_uid})
             shutil.rmtree(d.path, ignore_errors=True)
+        if self.limits_root is not None:
+            self._remove_limits(live, now_s)
+
+    def _remove_limits(self, live: frozenset[str], now_s: float) -> None:
+        """Limits files (``<limits>/<podUID>_<container>``, written at staging) of pods that are gone."""
+        assert self.limits_root is not None
+        try:
+            entries = list(os.scandir(self.limits_root))
+        except OSError:
+            return
+        for entry in entries:
+            parsed = parse_dir_name(entry.name)
+            if parsed is None or parsed[0] in live:
+                continue
+            try:
+                if now_s - entry.stat(follow_symlinks=False).st_mtime >= self.dir_grace:
+                    os.unlink(entry.path)
+            except OSError:
+                continue  # gone meanwhile, or a directory: not ours
 
     def _feed_back(self, dirs: Sequence[CacheDir]) -> None:
         files = {str(d.file): d for d in dirs if d.file is not None and d.cache is not None}
