@@ -28,7 +28,7 @@ from tests.deploy.manifests import Rendering
 from tests.deploy.test_components import NATS_CONF, nats_config_users
 
 NODE: Final = "gpu-node-1"
-WAIT_S: Final = 10.0
+WAIT_S: Final = 30.0  # generous: the machine may be busy; nothing waits this long when all is well
 USERS: Final = tuple(nats_config_users())
 ALL_SUBJECT_PREFIXES: Final = (
     subjects.ADMISSION,

@@ -138,7 +138,7 @@ def test_every_container_has_requests_and_limits_in_production(production: Rende
 
 def test_production_runs_replicas_behind_disruption_budgets(production: Rendering) -> None:
     budgets = production.of_kind("PodDisruptionBudget")
-    for name, replicas in {"hami-webhook": 3, "hami-scheduler": 2, "hami-metrics": 2}.items():
+    for name, replicas in {"hami-webhook": 3, "hami-metrics": 2}.items():
         deployment = production.get("Deployment", name)
         assert deployment["spec"]["replicas"] >= replicas
         labels = deployment["spec"]["template"]["metadata"]["labels"]
