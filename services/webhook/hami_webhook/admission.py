@@ -235,9 +235,11 @@ def _create(
         edits.scheduler_name = policy.scheduler_name
         if pod.spec.node_name:
             return _denied(NODE_ASSIGNED, pod)
-    memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], policy.resources)
-    if (memory or cores) and not namespace.quota.fits(memory, cores, policy.resources.memory_factor):
-        return _denied(QUOTA_EXCEEDED, pod)
+    quota = namespace.quota
+    if quota.memory_limit is not None or quota.cores_limit is not None:  # no limits: nothing can exceed them
+        memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], policy.resources)
+        if (memory or cores) and not quota.fits(memory, cores, policy.resources.memory_factor):
+            return _denied(QUOTA_EXCEEDED, pod)
     if gpu_containers and trace_context and TRACE_CONTEXT not in pod.annotations:
         edits.annotations[TRACE_CONTEXT] = trace_context
     patch = () if edits.empty else render_patch(pod, edits)

@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.telemetry import TelemetryConfig
 
 from hami_common.bus import Bus
 from hami_common.kube import KubeClient
@@ -26,6 +27,7 @@ from hami_webhook.settings import WebhookSettings
 __all__ = ["create_app"]
 
 _NATS_GIVE_UP_S = 30.0
+_NO_FRAMEWORK_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
 
 def create_app(settings: WebhookSettings | None = None) -> FastAPI:
@@ -35,7 +37,7 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
         policy = s.policy()
         async with AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
             tasks: list[asyncio.Task[None]] = []
-            reviewer = Reviewer(policy)
+            reviewer = Reviewer(policy, max_body_bytes=s.max_body_bytes)
             ready: Callable[[], bool] = lambda: True  # noqa: E731 - replaced when there are caches
             if s.watch_cluster:
                 kube = await stack.enter_async_context(KubeClient.from_settings(s))
@@ -57,7 +59,15 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
                 for task in tasks:
                     task.cancel()
 
-    app = FastAPI(lifespan=lifespan, openapi_url=None, docs_url=None, redoc_url=None)
+    app = FastAPI(
+        lifespan=lifespan,
+        openapi_url=None,
+        docs_url=None,
+        redoc_url=None,
+        # One span per admission, the webhook's own (the pod's trace starts there); no per-request HTTP
+        # spans, metrics or log records from FastAPI: they would cost more than the admission itself.
+        telemetry=_NO_FRAMEWORK_TELEMETRY,
+    )
     app.include_router(admission.router)
     app.include_router(health.router)
     return app

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from opentelemetry import context as otel_context
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Tracer
 
 from hami_common import logkeys, spans, subjects
 from hami_common.errors import InvalidInput
@@ -34,6 +34,7 @@ from hami_webhook.review import (
     decode_review,
     encode_review,
 )
+from hami_webhook.settings import MAX_BODY_BYTES
 
 __all__ = ["HTTP_BAD_REQUEST", "Answer", "NoCluster", "Reviewer", "error_review"]
 
@@ -79,6 +80,8 @@ class Reviewer:
     namespaces: NamespaceSource = field(default_factory=NoCluster)
     events: EventPublisher | None = None
     stats: Counter[str] = field(default_factory=Counter)
+    max_body_bytes: int = MAX_BODY_BYTES
+    tracer: Tracer = field(default_factory=tracer)  # looked up once: a lookup builds a new Tracer
 
     def review(self, body: bytes, headers: Mapping[str, str] | None = None) -> Answer:
         try:
@@ -90,7 +93,7 @@ class Reviewer:
         parent = None
         if headers is not None and TRACEPARENT in headers:
             parent = context_from_headers({TRACEPARENT: headers[TRACEPARENT]})
-        with tracer().start_as_current_span(spans.ADMIT, context=parent, kind=SpanKind.SERVER) as span:
+        with self.tracer.start_as_current_span(spans.ADMIT, context=parent, kind=SpanKind.SERVER) as span:
             verdict = admit(req, self.policy, self.namespaces, to_annotation())
             span.set_attribute(ATTR_OUTCOME, verdict.outcome.value)
             span.set_attribute(ATTR_GPU_CONTAINERS, verdict.gpu_containers)

@@ -32,7 +32,13 @@ class WebhookServer(uvicorn.Server):
 
 def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, ReloadingCertificate | None]:
     config = uvicorn.Config(
-        app, host=settings.host, port=settings.port, log_config=None, access_log=False, lifespan="on"
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        proxy_headers=False,  # the apiserver connects directly; no X-Forwarded-* to trust
     )
     config.load()
     cert = None

@@ -11,7 +11,7 @@ from typing import Final
 
 from fastapi import APIRouter, Request, Response
 
-from hami_webhook.deps import ReviewerDep, SettingsDep
+from hami_webhook.deps import ReviewerDep
 from hami_webhook.reviewer import HTTP_BAD_REQUEST, error_review
 from hami_webhook.routes import paths
 
@@ -50,14 +50,14 @@ def _bad_request(message: str) -> Response:
 
 
 @router.post(paths.WEBHOOK)
-async def review_admission(request: Request, reviewer: ReviewerDep, settings: SettingsDep) -> Response:
+async def review_admission(request: Request, reviewer: ReviewerDep) -> Response:
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != JSON:
         return _bad_request(f"contentType={content_type}, expected {JSON}")
     try:
-        body = await _read_body(request, settings.max_body_bytes)
+        body = await _read_body(request, reviewer.max_body_bytes)
     except _TooLarge:
-        return _bad_request(f"request body is larger than {settings.max_body_bytes} bytes")
+        return _bad_request(f"request body is larger than {reviewer.max_body_bytes} bytes")
     try:
         status, payload = reviewer.review(body, request.headers)
     except Exception:  # the one broad catch of this edge: a bug answers in protocol form, never a 500 page

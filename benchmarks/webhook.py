@@ -1,0 +1,199 @@
+"""Admission throughput and latency of ``hami-webhook`` over HTTPS.
+
+Starts the webhook as its own process (TLS with a throw-away self-signed certificate, no apiserver, no
+NATS) and drives it from this process with ``--concurrency`` keep-alive HTTPS connections (httpx), each
+sending real-shaped AdmissionReviews of a GPU pod that the rules mutate. Prints the figures, then one
+JSON line: ``{"admissions_per_s": …, "p50_ms": …, "p99_ms": …, …}``.
+
+    python benchmarks/webhook.py [--quick] [--requests N] [--concurrency C]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import ipaddress
+import json
+import os
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+TARGET_RATE = 1000.0
+TARGET_P99_MS = 10.0
+
+
+def write_certificate(folder: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hami-webhook.hami-system.svc")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    return cert_file, key_file
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def admission_review(i: int) -> bytes:
+    """A CREATE of a pod with one GPU container and a sidecar, as the apiserver sends it."""
+    ctr: dict[str, Any] = {
+        "name": "cuda",
+        "image": "nvcr.io/nvidia/cuda:12.4.1-base-ubuntu22.04",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3000", "cpu": "2"}},
+        "env": [{"name": "MODEL", "value": "llama"}],
+        "terminationMessagePath": "/dev/termination-log",
+        "imagePullPolicy": "IfNotPresent",
+    }
+    sidecar: dict[str, Any] = {"name": "log", "image": "busybox", "resources": {"limits": {"cpu": "100m"}}}
+    pod = {
+        "kind": "Pod",
+        "apiVersion": "v1",
+        "metadata": {"name": f"train-{i}", "namespace": "team-a", "labels": {"app": "train"}},
+        "spec": {
+            "containers": [ctr, sidecar],
+            "schedulerName": "default-scheduler",
+            "restartPolicy": "Always",
+            "dnsPolicy": "ClusterFirst",
+            "serviceAccountName": "default",
+            "securityContext": {},
+        },
+        "status": {},
+    }
+    review = {
+        "kind": "AdmissionReview",
+        "apiVersion": "admission.k8s.io/v1",
+        "request": {
+            "uid": f"uid-{i}",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": "team-a",
+            "operation": "CREATE",
+            "userInfo": {"username": "system:serviceaccount:team-a:default", "groups": ["system:authenticated"]},
+            "object": pod,
+            "dryRun": False,
+        },
+    }
+    return json.dumps(review).encode()
+
+
+async def wait_ready(client: httpx.AsyncClient, url: str, server: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"the webhook exited with {server.returncode}")
+        try:
+            if (await client.get(url + "/healthz")).status_code == 200:
+                return
+        except httpx.TransportError:
+            await asyncio.sleep(0.05)  # polling a process that is starting: nothing to await
+    raise SystemExit("the webhook did not start in 30 s")
+
+
+async def drive(url: str, cafile: Path, requests: int, concurrency: int, warmup: int) -> tuple[list[float], float]:
+    verify = ssl.create_default_context(cafile=str(cafile))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    bodies = [admission_review(i) for i in range(256)]
+    headers = {"content-type": "application/json"}
+    latencies: list[float] = []
+    async with httpx.AsyncClient(verify=verify, limits=limits, timeout=10.0) as client:
+        await wait_ready(client, url, SERVER[0])
+        target = url + "/webhook?timeout=10s"
+
+        async def worker(count: int, record: bool) -> None:
+            for i in range(count):
+                start = time.perf_counter()
+                answer = await client.post(target, content=bodies[i % len(bodies)], headers=headers)
+                elapsed = time.perf_counter() - start
+                if answer.status_code != 200 or b'"allowed":true' not in answer.content:
+                    raise SystemExit(f"unexpected answer {answer.status_code}: {answer.text[:200]}")
+                if record:
+                    latencies.append(elapsed)
+
+        await asyncio.gather(*(worker(warmup // concurrency, False) for _ in range(concurrency)))
+        began = time.perf_counter()
+        await asyncio.gather(*(worker(requests // concurrency, True) for _ in range(concurrency)))
+        wall = time.perf_counter() - began
+    return latencies, wall
+
+
+SERVER: list[subprocess.Popen[bytes]] = []
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="a short run (a few seconds)")
+    parser.add_argument("--requests", type=int, default=0, help="admissions to measure")
+    parser.add_argument("--concurrency", type=int, default=8, help="concurrent keep-alive connections")
+    args = parser.parse_args()
+    requests = args.requests or (800 if args.quick else 10000)
+    warmup = 200 if args.quick else 1000
+    port = free_port()
+    with tempfile.TemporaryDirectory() as folder:
+        cert, key = write_certificate(Path(folder))
+        env = dict(os.environ, OTEL_SDK_DISABLED=os.environ.get("OTEL_SDK_DISABLED", "false"))
+        command = [
+            sys.executable, "-m", "hami_webhook.main", "--host", "127.0.0.1", "--port", str(port),
+            "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--no-watch-cluster", "--no-publish-events",
+        ]
+        server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
+        SERVER.append(server)
+        try:
+            latencies, wall = asyncio.run(drive(f"https://127.0.0.1:{port}", cert, requests, args.concurrency, warmup))
+        finally:
+            server.terminate()
+            server.wait(timeout=10)
+    latencies.sort()
+    rate = len(latencies) / wall
+    p50 = statistics.median(latencies) * 1000
+    p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
+    print(f"admissions: {len(latencies)} over {args.concurrency} HTTPS keep-alive connections in {wall:.2f} s")
+    print(f"throughput: {rate:.0f} admissions/s (target >= {TARGET_RATE:.0f})")
+    print(f"latency:    p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= {TARGET_P99_MS:.0f} ms), max {latencies[-1] * 1000:.2f} ms")
+    summary = {
+        "benchmark": "webhook",
+        "admissions_per_s": round(rate, 1),
+        "p50_ms": round(p50, 3),
+        "p99_ms": round(p99, 3),
+        "requests": len(latencies),
+        "concurrency": args.concurrency,
+        "meets_target": rate >= TARGET_RATE and p99 <= TARGET_P99_MS,
+    }
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
