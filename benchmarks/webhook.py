@@ -165,8 +165,19 @@ def main() -> int:
         cert, key = write_certificate(Path(folder))
         env = dict(os.environ, OTEL_SDK_DISABLED=os.environ.get("OTEL_SDK_DISABLED", "false"))
         command = [
-            sys.executable, "-m", "hami_webhook.main", "--host", "127.0.0.1", "--port", str(port),
-            "--tls-cert-file", str(cert), "--tls-key-file", str(key), "--no-watch-cluster", "--no-publish-events",
+            sys.executable,
+            "-m",
+            "hami_webhook.main",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--tls-cert-file",
+            str(cert),
+            "--tls-key-file",
+            str(key),
+            "--no-watch-cluster",
+            "--no-publish-events",
         ]
         server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         SERVER.append(server)
@@ -181,7 +192,9 @@ def main() -> int:
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
     print(f"admissions: {len(latencies)} over {args.concurrency} HTTPS keep-alive connections in {wall:.2f} s")
     print(f"throughput: {rate:.0f} admissions/s (target >= {TARGET_RATE:.0f})")
-    print(f"latency:    p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= {TARGET_P99_MS:.0f} ms), max {latencies[-1] * 1000:.2f} ms")
+    print(
+        f"latency:    p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= {TARGET_P99_MS:.0f} ms), max {latencies[-1] * 1000:.2f} ms"
+    )
     summary = {
         "benchmark": "webhook",
         "admissions_per_s": round(rate, 1),
