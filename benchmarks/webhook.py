@@ -192,9 +192,8 @@ def main() -> int:
     p99 = latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000
     print(f"admissions: {len(latencies)} over {args.concurrency} HTTPS keep-alive connections in {wall:.2f} s")
     print(f"throughput: {rate:.0f} admissions/s (target >= {TARGET_RATE:.0f})")
-    print(
-        f"latency:    p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= {TARGET_P99_MS:.0f} ms), max {latencies[-1] * 1000:.2f} ms"
-    )
+    worst = latencies[-1] * 1000
+    print(f"latency:    p50 {p50:.2f} ms, p99 {p99:.2f} ms (target p99 <= {TARGET_P99_MS:.0f} ms), max {worst:.2f} ms")
     summary = {
         "benchmark": "webhook",
         "admissions_per_s": round(rate, 1),
