@@ -22,6 +22,7 @@ import os
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from pathlib import Path
 from typing import Final, Literal
 
@@ -100,8 +101,6 @@ V0: Final = Layout(
 )  # fmt: skip
 MAX_FILE_SIZE: Final = V1.size + SIZE_SLACK
 
-# device_memory_t: context_size, module_size, data_size, offset, total (then unused in v1)
-_MEMORY: Final = struct.Struct("<5Q")
 _U32: Final = struct.Struct("<I")
 _I32: Final = struct.Struct("<i")
 _U64: Final = struct.Struct("<Q")
@@ -188,20 +187,50 @@ def _int(reader: Reader, fmt: struct.Struct, offset: int) -> int:
     return value
 
 
-def _slot_bytes(reader: Reader, layout: Layout, k: int, seqlocked: bool) -> tuple[bytes, bool]:
-    start = layout.procs + k * layout.slot_size
-    data = reader(start, layout.slot_size)
-    if len(data) < layout.slot_size:
-        raise InvalidInput(f"truncated shared-cache file: process slot {k} is cut off")
-    if not seqlocked or layout.slot_seqlock is None:
-        return data, True
-    for _ in range(_SEQLOCK_TRIES):
-        before = _U64.unpack_from(data, layout.slot_seqlock)[0]
-        after = _int(reader, _U64, start + layout.slot_seqlock)
-        if before % 2 == 0 and before == after:
-            return data, True
-        data = reader(start, layout.slot_size)
-    return data, False
+def _slot_struct(layout: Layout) -> struct.Struct:
+    """One slot's fields up to ``status`` in one unpack: pid, hostpid, 16 x (context, module, data, offset, total),
+    16 x monitorused, 16 x sm_util, status. Checked against the offset table when the module loads."""
+    memory = "5Q" + f"{layout.memory_entry - 40}x" * (layout.memory_entry > 40)
+    util = "16xQ" + f"{layout.util_entry - 24}x" * (layout.util_entry > 24)  # dec_util, enc_util skipped
+    compiled = struct.Struct(f"<ii{memory * MAX_DEVICES}{MAX_DEVICES}Q{util * MAX_DEVICES}i")
+    expected = (layout.slot_used + MAX_DEVICES * layout.memory_entry, layout.slot_status + 4)
+    if (layout.slot_monitorused, compiled.size) != expected or layout.slot_util != expected[0] + 8 * MAX_DEVICES:
+        raise AssertionError(f"layout {layout.name}: offset table and slot fields disagree")
+    return compiled
+
+
+_SLOTS: Final = {V1.name: _slot_struct(V1), V0.name: _slot_struct(V0)}
+_MONITOR_AT: Final = 2 + 5 * MAX_DEVICES  # indices into a slot's unpacked fields
+_SM_AT: Final = _MONITOR_AT + MAX_DEVICES
+_STATUS_AT: Final = _SM_AT + MAX_DEVICES
+
+
+def _slot_region(reader: Reader, layout: Layout, proc_num: int, seqlocked: bool) -> tuple[bytes, list[bool]]:
+    """The bytes of the slots in use; under a seqlock, slots caught mid-write are read again."""
+    size = proc_num * layout.slot_size
+    region = reader(layout.procs, size)
+    if len(region) < size:
+        raise InvalidInput("truncated shared-cache file: the process slots are cut off")
+    consistent = [True] * proc_num
+    if not seqlocked or layout.slot_seqlock is None or not proc_num:
+        return region, consistent
+    at = layout.slot_seqlock
+    again = reader(layout.procs, size)
+    fixed = bytearray(region)
+    for k in range(proc_num):
+        start = k * layout.slot_size
+        before = _U64.unpack_from(region, start + at)[0]
+        if len(again) == size and before % 2 == 0 and before == _U64.unpack_from(again, start + at)[0]:
+            continue
+        consistent[k] = False
+        for _ in range(_SEQLOCK_TRIES):
+            data = reader(layout.procs + start, layout.slot_size)
+            seq = _U64.unpack_from(data, at)[0] if len(data) == layout.slot_size else 1
+            if seq % 2 == 0 and seq == _int(reader, _U64, layout.procs + start + at):
+                fixed[start : start + layout.slot_size] = data
+                consistent[k] = True
+                break
+    return bytes(fixed), consistent
 
 
 def _decode(reader: Reader, size: int) -> SharedCache:
@@ -214,28 +243,24 @@ def _decode(reader: Reader, size: int) -> SharedCache:
     if len(head) < layout.procs:
         raise InvalidInput("truncated shared-cache file: the device table is cut off")
     seqlocked = fmt == "v1.2" or (fmt == "v1" and minor > 2)
-    slots: list[ProcessSlot] = []
-    totals = [[0] * 6 for _ in range(device_num)]  # total, context, module, data, offset, sm_util
-    monitor = [0] * device_num
-    for k in range(proc_num):
-        data, consistent = _slot_bytes(reader, layout, k, seqlocked)
-        status = _I32.unpack_from(data, layout.slot_status)[0]
-        used: list[int] = []
-        for i in range(device_num):
-            context, module, buffer, offset, total = _MEMORY.unpack_from(
-                data, layout.slot_used + i * layout.memory_entry
-            )
-            used.append(total)
-            if status == 0:
-                continue
-            sm_util = _U64.unpack_from(data, layout.slot_util + i * layout.util_entry + 16)[0]
-            for j, value in enumerate((total, context, module, buffer, offset, sm_util)):
-                totals[i][j] += value
-            monitor[i] += _U64.unpack_from(data, layout.slot_monitorused + 8 * i)[0]
-        pid, hostpid = _I32.unpack_from(data, 0)[0], _I32.unpack_from(data, 4)[0]
-        slots.append(
-            ProcessSlot(pid=pid, hostpid=hostpid, status=status, used_bytes=tuple(used), consistent=consistent)
-        )
+    region, consistent = _slot_region(reader, layout, proc_num, seqlocked)
+    unpack = _SLOTS[layout.name].unpack_from
+    fields = [unpack(region, k * layout.slot_size) for k in range(proc_num)]
+    slots = tuple(
+        ProcessSlot(f[0], f[1], f[_STATUS_AT], f[6 : 6 + 5 * device_num : 5], consistent[k])
+        for k, f in enumerate(fields)
+    )
+    active = [f for f in fields if f[_STATUS_AT] != 0]  # exited slots await compaction: HAMi does not count them
+
+    def column(index: int) -> int:
+        return sum(map(itemgetter(index), active))
+
+    # per device: total, context, module, data (buffer), offset, sm_util, monitorused
+    totals = [
+        [column(6 + 5 * i), column(2 + 5 * i), column(3 + 5 * i), column(4 + 5 * i), column(5 + 5 * i),
+         column(_SM_AT + i), column(_MONITOR_AT + i)]
+        for i in range(device_num)
+    ]  # fmt: skip
     devices = tuple(
         DeviceUsage(
             index=i,
@@ -250,7 +275,7 @@ def _decode(reader: Reader, size: int) -> SharedCache:
             buffer_bytes=totals[i][3],
             offset_bytes=totals[i][4],
             sm_util_percent=totals[i][5],
-            monitor_used_bytes=monitor[i],
+            monitor_used_bytes=totals[i][6],
         )
         for i in range(device_num)
     )
@@ -259,7 +284,7 @@ def _decode(reader: Reader, size: int) -> SharedCache:
         major=major,
         minor=minor,
         devices=devices,
-        processes=tuple(slots),
+        processes=slots,
         proc_num=proc_num,
         utilization_switch=_int(reader, _I32, layout.utilization_switch),
         recent_kernel=_int(reader, _I32, layout.recent_kernel),
