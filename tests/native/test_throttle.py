@@ -111,7 +111,7 @@ def test_process_utilisation_is_published_for_the_monitor(plain_probe: Probe, ca
 
 
 def _busy_slot(cache: Path) -> spec.Slot | None:
-    if not cache.exists():
-        return None
+    if not cache.exists() or cache.stat().st_size < spec.FILE_SIZE:
+        return None  # not created yet
     slots = spec.read_cache(cache).live_slots()
     return next((s for s in slots if s.sm_util[0] > 0 and s.hostpid), None)

@@ -70,6 +70,10 @@ typedef int CUmemAllocationHandleType;
 typedef int CUmemLocationType;
 typedef int CUdriverProcAddressQueryResult;
 
+typedef struct CUuuid_st {
+    char bytes[16];
+} CUuuid;
+
 typedef struct CUmemLocation_st {
     CUmemLocationType type;
     int id;
@@ -138,6 +142,7 @@ CUresult cuDeviceGet(CUdevice *device, int ordinal);
 CUresult cuDeviceGetCount(int *count);
 CUresult cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev);
 CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev);
+CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev);
 CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev);
 CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *pctx);

@@ -17,7 +17,7 @@
 #define VGPU_NVML_HOOKS(X) X(nvmlDeviceGetMemoryInfo) X(nvmlDeviceGetMemoryInfo_v2)
 
 /* Driver functions libvgpu only calls. */
-#define VGPU_CUDA_CALLS(X) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuCtxGetDevice)
+#define VGPU_CUDA_CALLS(X) X(cuDeviceGetCount) X(cuDeviceGetAttribute) X(cuCtxGetDevice) X(cuDeviceGetUuid_v2)
 #define VGPU_NVML_CALLS(X)                                                                          \
     X(nvmlInit_v2) X(nvmlDeviceGetCount_v2) X(nvmlDeviceGetHandleByIndex_v2) X(nvmlDeviceGetIndex)  \
     X(nvmlDeviceGetUUID) X(nvmlDeviceGetComputeRunningProcesses) X(nvmlDeviceGetProcessUtilization) \

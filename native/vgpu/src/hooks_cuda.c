@@ -36,8 +36,10 @@ VGPU_EXPORT CUresult cuInit(unsigned int flags) {
     CUresult rc = REAL(cuInit)(flags);
     if (rc == CUDA_SUCCESS) {
         vgpu_ensure_attached();
-        if (vgpu_device_count == 0)
+        if (vgpu_device_count == 0) {
             vgpu_refresh_device_count();
+            vgpu_cache_record_devices(vgpu_device_count);
+        }
     }
     return rc;
 }

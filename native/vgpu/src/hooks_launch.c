@@ -5,53 +5,40 @@
  */
 #include "vgpu.h"
 
-static inline CUresult gate(unsigned gx, unsigned gy, unsigned gz) {
-    if (VGPU_UNLIKELY(atomic_load_explicit(&vgpu_launch_gate, memory_order_relaxed) != 0))
-        return vgpu_launch_slow(vgpu_grid_blocks(gx, gy, gz));
-    return CUDA_SUCCESS;
-}
+/* Each hook is a pure tail call into the driver when the gate is open; everything else lives in a
+ * separate cold function so the hot path needs no stack frame. */
+#define LAUNCH_HOOK(name, params, args, grid)                                          \
+    __attribute__((noinline, cold)) static CUresult name##_slow params {             \
+        CUresult rc = vgpu_launch_slow(vgpu_grid_blocks grid);                     \
+        if (rc != CUDA_SUCCESS)                                                      \
+            return rc;                                                               \
+        if (VGPU_UNLIKELY(!HAVE_REAL(name)))                                         \
+            return CUDA_ERROR_NOT_INITIALIZED;                                       \
+        return REAL(name) args;                                                      \
+    }                                                                                \
+    VGPU_EXPORT CUresult name params {                                               \
+        if (VGPU_LIKELY(atomic_load_explicit(&vgpu_launch_gate, memory_order_relaxed) == 0) && \
+            VGPU_LIKELY(HAVE_REAL(name)))                                            \
+            return REAL(name) args;                                                  \
+        return name##_slow args;                                                     \
+    }
 
-#define LAUNCH(name, gx, gy, gz, ...)                               \
-    CUresult rc = gate((gx), (gy), (gz));                           \
-    if (rc != CUDA_SUCCESS)                                         \
-        return rc;                                                  \
-    if (VGPU_UNLIKELY(!HAVE_REAL(name)))                            \
-        return CUDA_ERROR_NOT_INITIALIZED;                          \
-    return REAL(name)(__VA_ARGS__)
-
-VGPU_EXPORT CUresult cuLaunchKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                    unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                    CUstream s, void **params, void **extra) {
-    LAUNCH(cuLaunchKernel, gx, gy, gz, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
-VGPU_EXPORT CUresult cuLaunchKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                         unsigned int bx, unsigned int by, unsigned int bz, unsigned int shmem,
-                                         CUstream s, void **params, void **extra) {
-    LAUNCH(cuLaunchKernel_ptsz, gx, gy, gz, f, gx, gy, gz, bx, by, bz, shmem, s, params, extra);
-}
-
-VGPU_EXPORT CUresult cuLaunchCooperativeKernel(CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz,
-                                               unsigned int bx, unsigned int by, unsigned int bz,
-                                               unsigned int shmem, CUstream s, void **params) {
-    LAUNCH(cuLaunchCooperativeKernel, gx, gy, gz, f, gx, gy, gz, bx, by, bz, shmem, s, params);
-}
-
-VGPU_EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gx, unsigned int gy,
-                                                    unsigned int gz, unsigned int bx, unsigned int by,
-                                                    unsigned int bz, unsigned int shmem, CUstream s,
-                                                    void **params) {
-    LAUNCH(cuLaunchCooperativeKernel_ptsz, gx, gy, gz, f, gx, gy, gz, bx, by, bz, shmem, s, params);
-}
-
+#define KERNEL_PARAMS                                                                           \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+     unsigned int bz, unsigned int shmem, CUstream s, void **params, void **extra)
+#define KERNEL_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params, extra)
+#define COOP_PARAMS                                                                             \
+    (CUfunction f, unsigned int gx, unsigned int gy, unsigned int gz, unsigned int bx, unsigned int by, \
+     unsigned int bz, unsigned int shmem, CUstream s, void **params)
+#define COOP_ARGS (f, gx, gy, gz, bx, by, bz, shmem, s, params)
+#define EX_PARAMS (const CUlaunchConfig *config, CUfunction f, void **params, void **extra)
+#define EX_ARGS (config, f, params, extra)
 /* A NULL config is the driver's error to report; it costs nothing against the limit. */
-VGPU_EXPORT CUresult cuLaunchKernelEx(const CUlaunchConfig *config, CUfunction f, void **params, void **extra) {
-    LAUNCH(cuLaunchKernelEx, config ? config->gridDimX : 0, config ? config->gridDimY : 0,
-           config ? config->gridDimZ : 0, config, f, params, extra);
-}
+#define EX_GRID (config ? config->gridDimX : 0, config ? config->gridDimY : 0, config ? config->gridDimZ : 0)
 
-VGPU_EXPORT CUresult cuLaunchKernelEx_ptsz(const CUlaunchConfig *config, CUfunction f, void **params,
-                                           void **extra) {
-    LAUNCH(cuLaunchKernelEx_ptsz, config ? config->gridDimX : 0, config ? config->gridDimY : 0,
-           config ? config->gridDimZ : 0, config, f, params, extra);
-}
+LAUNCH_HOOK(cuLaunchKernel, KERNEL_PARAMS, KERNEL_ARGS, (gx, gy, gz))
+LAUNCH_HOOK(cuLaunchKernel_ptsz, KERNEL_PARAMS, KERNEL_ARGS, (gx, gy, gz))
+LAUNCH_HOOK(cuLaunchCooperativeKernel, COOP_PARAMS, COOP_ARGS, (gx, gy, gz))
+LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, COOP_PARAMS, COOP_ARGS, (gx, gy, gz))
+LAUNCH_HOOK(cuLaunchKernelEx, EX_PARAMS, EX_ARGS, EX_GRID)
+LAUNCH_HOOK(cuLaunchKernelEx_ptsz, EX_PARAMS, EX_ARGS, EX_GRID)

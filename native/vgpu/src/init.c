@@ -84,6 +84,7 @@ void vgpu_ensure_attached(void) {
         vgpu_cache_attach();
         vgpu_memory_setup();
         vgpu_refresh_device_count();
+        vgpu_cache_record_devices(vgpu_device_count);
         vgpu_throttle_start();
         atomic_store_explicit(&vgpu_attached, 1, memory_order_release);
     }

@@ -74,6 +74,8 @@ static void load_file(struct settings *st) {
     if (!path)
         return;
     FILE *f = fopen(path, "re");
+    if (!f && errno == ENOENT)
+        return; /* no file: the environment alone */
     if (!f) {
         vgpu_log(VGPU_LOG_WARN, "limits file %s unreadable (%s); using the environment", path, strerror(errno));
         return;

@@ -297,6 +297,29 @@ void vgpu_cache_detach(void) {
         free_slot(s);
 }
 
+/* The device count and UUIDs the monitor labels its metrics with, written once per file by the first
+ * process that knows them. The UUID comes from the CUDA driver (NVML prints the same 16 bytes), so no
+ * NVML initialisation is needed on this path. */
+void vgpu_cache_record_devices(int count) {
+    if (!vgpu_region || count <= 0 || VGPU_LOAD(&vgpu_region->device_num) != 0 || !HAVE_REAL(cuDeviceGetUuid_v2))
+        return;
+    vgpu_cache_lock();
+    if (VGPU_LOAD(&vgpu_region->device_num) == 0) {
+        int n = count < VGPU_MAX_DEVICES ? count : VGPU_MAX_DEVICES;
+        for (int d = 0; d < n; d++) {
+            CUuuid u;
+            if (REAL(cuDeviceGetUuid_v2)(&u, d) != CUDA_SUCCESS)
+                continue;
+            const unsigned char *b = (const unsigned char *)u.bytes;
+            snprintf(vgpu_region->uuids[d], VGPU_UUID_LEN,
+                     "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0], b[1], b[2],
+                     b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+        }
+        VGPU_STORE(&vgpu_region->device_num, (uint64_t)n);
+    }
+    vgpu_cache_unlock();
+}
+
 /* Fork: the prepare handler takes the process mutex so no thread of the parent is inside the lock when
  * the child is created; the child then drops the parent's slot and its descriptor (whose open file
  * description, and so whose lock, the parent shares). The mapping stays (MAP_SHARED is inherited); a

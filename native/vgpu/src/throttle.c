@@ -113,12 +113,16 @@ static void take_tokens(int d, uint64_t blocks) {
     }
 }
 
+static void ensure_sampler(void);
+
 CUresult vgpu_launch_slow(uint64_t blocks) {
     unsigned g = atomic_load(&vgpu_launch_gate);
     if (g & VGPU_GATE_UNREADY) {
         vgpu_ensure_attached();
         g = atomic_load(&vgpu_launch_gate);
     }
+    ensure_sampler();
+    g = atomic_load(&vgpu_launch_gate);
     if (g & VGPU_GATE_TICK) {
         atomic_store(&launch_seen, true);
         atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_TICK);
@@ -143,23 +147,7 @@ static nvmlDevice_t nvml_device(int cuda_dev) {
     return h;
 }
 
-/* Once: NVML, and the device UUIDs the monitor labels its metrics with (if nobody wrote them yet). */
-static void setup_nvml(void) {
-    nvml_ready = HAVE_REAL(nvmlInit_v2) && REAL(nvmlInit_v2)() == NVML_SUCCESS;
-    if (!nvml_ready || !vgpu_region || VGPU_LOAD(&vgpu_region->device_num) != 0)
-        return;
-    vgpu_cache_lock();
-    if (VGPU_LOAD(&vgpu_region->device_num) == 0) {
-        int n = devices();
-        for (int d = 0; d < n; d++) {
-            nvmlDevice_t h = nvml_device(d);
-            if (h && HAVE_REAL(nvmlDeviceGetUUID))
-                REAL(nvmlDeviceGetUUID)(h, vgpu_region->uuids[d], VGPU_UUID_LEN);
-        }
-        VGPU_STORE(&vgpu_region->device_num, (uint64_t)n);
-    }
-    vgpu_cache_unlock();
-}
+static void setup_nvml(void) { nvml_ready = HAVE_REAL(nvmlInit_v2) && REAL(nvmlInit_v2)() == NVML_SUCCESS; }
 
 /* Our host PID is our PID when NVML lists it (no PID namespace, or the stub). In a PID namespace it
  * stays unknown and the limiter falls back to device-wide utilisation, which over-throttles but
@@ -331,14 +319,24 @@ static bool start_sampler(void) {
     return err == 0;
 }
 
-/* Called once per process from the attach path, before any launch can pass the gate. */
+/* Called once per process from the attach path. The sampler thread is started by the first launch
+ * (which always takes the slow path), so processes that never launch - and the init path - never pay
+ * for a thread or for NVML. */
 void vgpu_throttle_start(void) {
     init_buckets();
-    if (!atomic_load(&sampler_started))
+    atomic_store(&vgpu_launch_gate, VGPU_GATE_TICK);
+}
+
+static void ensure_sampler(void) {
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    if (VGPU_LIKELY(atomic_load(&sampler_started)))
+        return;
+    pthread_mutex_lock(&mu);
+    if (!atomic_load(&sampler_started) && atomic_load(&vgpu_attached)) {
         atomic_store(&sampler_started, start_sampler());
-    refresh_gate();
-    atomic_fetch_or(&vgpu_launch_gate, VGPU_GATE_TICK);
-    atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_UNREADY);
+        refresh_gate();
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 /* Fork child: the sampler thread did not survive; it is restarted at the child's attach. */

@@ -74,6 +74,7 @@ extern struct vgpu_region *vgpu_region;
 extern _Atomic(struct vgpu_slot *) vgpu_my_slot;
 void vgpu_cache_attach(void);
 void vgpu_cache_detach(void);
+void vgpu_cache_record_devices(int count);
 void vgpu_cache_before_fork(void);
 void vgpu_cache_after_fork_parent(void);
 void vgpu_cache_after_fork_child(void);

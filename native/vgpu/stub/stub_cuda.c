@@ -252,6 +252,15 @@ EXPORT CUresult cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
+EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
+    NEED_INIT();
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    memset(uuid->bytes, 0, sizeof uuid->bytes);
+    uuid->bytes[15] = (char)dev; /* prints as NVML's GPU-00000000-0000-0000-0000-00000000000<dev> */
+    return CUDA_SUCCESS;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     NEED_INIT();
     if (dev < 0 || dev >= cfg.devices)
@@ -436,7 +445,7 @@ EXPORT int cudaMalloc(void **p, size_t n) {
 /* ---- cuGetProcAddress: the driver's own functions by base name and version ---- */
 #define STUB_TABLE(X)                                                                                  \
     X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)        \
-    X(cuDeviceTotalMem_v2) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                 \
+    X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                 \
     X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuGetProcAddress) X(cuGetProcAddress_v2) \
     X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)     \
     X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                              \
