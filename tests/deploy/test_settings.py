@@ -57,5 +57,5 @@ def test_each_service_accepts_its_configuration(overlay: Rendering) -> None:
             for name, entry in env_of(ref.container).items()
             if name.startswith(ENV_PREFIX)
         }
-        settings = load(settings_class(command), [], env=env)
+        settings: object = load(settings_class(command), [], env=env)
         assert settings is not None, ref.where
