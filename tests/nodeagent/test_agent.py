@@ -15,8 +15,9 @@ import pytest
 from hami_common import subjects
 from hami_common.annotations import NODE_REGISTER, decode_node_devices
 from hami_common.bus import Bus, Delivery, EmbeddedNats, placement_stream
+from hami_common.errors import TransientError
 from hami_common.events import NodeInventory, UsageSample
-from hami_common.inventory import FakeInventory
+from hami_common.inventory import FakeInventory, NvmlInventory
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.staging import StagingStore
 from hami_metrics.messages import UsageMessage
@@ -146,3 +147,15 @@ def test_command_line_refuses_an_unchosen_or_unusable_inventory(tmp_path: Path) 
     assert "absent.yaml" in missing.stderr
     assert "Traceback" not in missing.stderr
     assert _main("--help").returncode == 0
+
+
+def test_command_line_with_nvml_and_no_driver_stops_instead_of_falling_back(tmp_path: Path) -> None:
+    try:
+        NvmlInventory().close()
+    except TransientError:
+        pass
+    else:
+        pytest.skip("this machine has an NVIDIA driver")
+    done = _main("--node-name", NODE, "--inventory", "nvml", env={"HAMI_FAKE_INVENTORY": str(tmp_path / "x.yaml")})
+    assert done.returncode == 69  # EX_UNAVAILABLE: the configured backend cannot start
+    assert "NVML" in done.stderr

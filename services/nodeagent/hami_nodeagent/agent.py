@@ -17,7 +17,7 @@ import nats.errors
 
 from hami_common import logkeys, subjects
 from hami_common.bus import Bus, Subscription, placement_consumer, placement_stream
-from hami_common.errors import InvalidInput
+from hami_common.errors import InvalidInput, TransientError
 from hami_common.events import PlacementDecision
 from hami_common.inventory import GpuInventory, NodeDeviceConfig, apply_node_overrides, open_inventory
 from hami_common.kube import EventRecorder, KubeClient, Pod
@@ -35,6 +35,8 @@ __all__ = ["COMPONENT", "NodeAgent", "device_config", "serve"]
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "hami-nodeagent"
+_RETRY_FIRST_S: Final = 0.25
+_RETRY_MAX_S: Final = 10.0
 
 
 def device_config(settings: NodeAgentSettings) -> NodeDeviceConfig:
@@ -91,10 +93,22 @@ class NodeAgent:
         self.pods.on_gone.append(self._ended.put_nowait)
 
     async def start_consumer(self) -> Subscription:
-        await self.bus.ensure_stream(placement_stream())
+        """Declare the stream and the node's durable consumer, and start consuming; retried until it works
+        (JetStream may still be electing or recovering when the agent starts)."""
         spec = placement_consumer(self.settings.node_name, ack_wait_s=self.settings.placement_ack_wait)
-        self.consumer = await self.bus.consume(PLACEMENT_STREAM, spec, PlacementDecision, self.prestager.on_placement)
-        return self.consumer
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                await self.bus.ensure_stream(placement_stream())
+                self.consumer = await self.bus.consume(
+                    PLACEMENT_STREAM, spec, PlacementDecision, self.prestager.on_placement
+                )
+                log.info("consuming the placements of %s as %s", self.settings.node_name, spec.durable)
+                return self.consumer
+            except (nats.errors.Error, TransientError) as err:
+                log.warning("placement consumer not started, retrying in %.1fs: %s", delay, err)
+            await asyncio.sleep(delay)  # backoff between attempts
+            delay = min(delay * 2, _RETRY_MAX_S)
 
     async def announce_ended(self) -> None:
         """Publish a PodEnded for every pod the watch sees deleted or finished, so its series go at once."""
@@ -120,10 +134,11 @@ class NodeAgent:
                 group.create_task(self.prestager.run_reconciler(), name="staging-reconciler"),
                 group.create_task(self.announce_ended(), name="pod-ended"),
             ]
-            consumer = await self.start_consumer()
-            log.info("node agent of %s running", self.settings.node_name)
+            starting = group.create_task(self.start_consumer(), name="placement-consumer")
             await stop.wait()
-            await consumer.stop()
+            starting.cancel()
+            if self.consumer is not None:
+                await self.consumer.stop()
             for task in tasks:
                 task.cancel()
 
