@@ -15,7 +15,7 @@ from hami_metrics.messages import DeviceSample
 from hami_metrics.state import ClusterState, apply
 from hami_metrics.textformat import TextRenderer
 
-from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse, placement, usage
+from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse, placement, series, usage
 
 BUILD = BuildInfo(version="0.1.0", revision="abc", build_date="2026-01-01")
 
@@ -49,8 +49,10 @@ def test_exposition_passes_promtool_check_metrics(promtool: str) -> None:
 
 
 def test_every_family_carries_samples_in_the_populated_state() -> None:
-    empty = [f.spec.name for f in collect(populated(), scrape(legacy=True)) if not f.series]
-    assert empty == []
+    families = collect(populated(), scrape(legacy=True))
+    assert [f.spec.name for f in families if not f.series] == []
+    names = [f.spec.name for f in families]
+    assert len(names) == len(set(names))
 
 
 def test_own_text_and_prometheus_client_encode_the_same_samples() -> None:
@@ -62,9 +64,18 @@ def test_own_text_and_prometheus_client_encode_the_same_samples() -> None:
     assert ours == theirs
 
 
-def test_rendering_twice_gives_the_same_bytes() -> None:
-    renderer, families = TextRenderer(), collect(populated(), scrape())
-    assert renderer.render(families) == renderer.render(families)
+def test_rendering_again_from_the_caches_gives_the_same_bytes() -> None:
+    renderer, state = TextRenderer(), populated()
+    first = renderer.render(collect(state, scrape(legacy=True)))
+    assert renderer.render(collect(state, scrape(legacy=True))) == first
+
+
+def test_a_replaced_record_is_rendered_anew() -> None:
+    renderer, state = TextRenderer(), populated()
+    renderer.render(collect(state, scrape()))
+    state = apply(state, usage("u1", GPU_A, used=12345), START_NS)
+    used = series(parse(renderer.render(collect(state, scrape())).decode()), "hami_vgpu_memory_used_bytes")
+    assert sorted(used.values()) == [12345, 1 << 30]
 
 
 label_text = st.text(st.characters(blacklist_categories=["Cs"]), max_size=30)
