@@ -32,8 +32,8 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: $(STAMP)
-	@for b in benchmarks/bench_*.py; do $(BIN)/python $$b || exit 1; done
+bench: $(STAMP) native protos  # BENCH_ARGS=--quick for a short run
+	@for b in benchmarks/*.py; do echo "== $$b"; $(BIN)/python $$b $(BENCH_ARGS) || exit 1; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info
