@@ -13,7 +13,8 @@ Both sides of one directory (``HAMI_STAGING_DIR``, default ``/var/lib/hami/stagi
   caller knows are gone move to ``gone/`` and are never served; entries that do not decode move to
   ``corrupt/`` and are reported. A missing or unreadable directory means "nothing staged".
 
-:func:`write_host_files` creates what an answer needs on the host (cache directory, limits file).
+:func:`write_host_files` creates what an answer needs on the host (cache directory, limits file); ``put``
+does it for every staged container, off the plugin's critical path.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "StagedPod",
     "StagingStore",
     "entry_name",
+    "has_host_files",
     "write_host_files",
 ]
 
@@ -150,16 +152,24 @@ class StagingStore:
     def __init__(self, root: Path | str, *, done_keep: int = DONE_KEEP) -> None:
         self.root = Path(root)
         self.done_keep = done_keep
+        self._dir = str(self.root)
+        # Entries never change content (only their names move), so what was decoded once is kept until the
+        # entry leaves the directory: a GetPreferredAllocation peek makes the Allocate that follows cheaper.
+        self._decoded: dict[str, StagedPod] = {}
 
     # --- both sides -----------------------------------------------------------------------------------------
 
     def _entries(self) -> list[_Entry]:
         try:
-            names = os.listdir(self.root)
+            names = os.listdir(self._dir)
         except OSError:
             return []  # missing or unreadable: nothing staged
         found = (_parse(n) for n in names if not n.startswith(_TMP_PREFIX))
-        return sorted((e for e in found if e is not None), key=lambda e: e.base)
+        entries = sorted((e for e in found if e is not None), key=lambda e: e.base)
+        if len(self._decoded) > len(entries):
+            present = {e.base for e in entries}
+            self._decoded = {k: v for k, v in self._decoded.items() if k in present}
+        return entries
 
     def _entries_of(self, pod_uid: str) -> Iterator[_Entry]:
         return (e for e in self._entries() if e.pod_uid == pod_uid)
@@ -175,13 +185,35 @@ class StagingStore:
         return None
 
     def _read(self, entry: _Entry) -> StagedPod:
-        with open(self.root / entry.file, "rb") as f:
+        cached = self._decoded.get(entry.base)
+        if cached is not None:
+            return cached
+        with open(os.path.join(self._dir, entry.file), "rb") as f:
             data = f.read(_MAX_ENTRY_BYTES + 1)
         if len(data) > _MAX_ENTRY_BYTES:
             raise msgspec.DecodeError(f"larger than {_MAX_ENTRY_BYTES} bytes")
-        return _DECODER.decode(data)
+        pod = _DECODER.decode(data)
+        self._decoded[entry.base] = pod
+        return pod
+
+    def _move(self, entry: _Entry, served: int, total: int) -> None:
+        """Rename ``entry`` to record ``served`` containers; into ``done/`` when that is all of them."""
+        source = os.path.join(self._dir, entry.file)
+        if served < total:
+            os.replace(source, os.path.join(self._dir, f"{entry.base}{_SERVED_SEP}{served}"))
+            return
+        target = os.path.join(self._dir, DONE, entry.base)
+        try:
+            os.replace(source, target)
+        except FileNotFoundError:
+            if not os.path.exists(source):
+                raise
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            os.replace(source, target)
+        self._decoded.pop(entry.base, None)
 
     def _set_aside(self, entry: _Entry, folder: str) -> None:
+        self._decoded.pop(entry.base, None)
         target = self.root / folder
         with contextlib.suppress(OSError):
             target.mkdir(exist_ok=True)
@@ -193,12 +225,18 @@ class StagingStore:
     # --- writer side (node agent) ---------------------------------------------------------------------------
 
     def put(self, pod: StagedPod) -> bool:
-        """Stage ``pod`` durably; False (and nothing written) if this pod was staged before."""
+        """Stage ``pod`` durably; False (and nothing written) if this pod was staged before.
+
+        The containers' host files (:func:`write_host_files`) are written first, so serving the entry later
+        costs the device plugin no more than a rename; ``OSError`` when they cannot be written.
+        """
         name = entry_name(pod.bind_time_ns, pod.pod_uid)
         if any(True for _ in self._entries_of(pod.pod_uid)) or any(
             (self.root / folder / name).exists() for folder in (DONE, GONE)
         ):
             return False
+        for container in pod.containers:
+            write_host_files(container)
         self.root.mkdir(parents=True, exist_ok=True)
         _atomic_write(self.root / name, _ENCODER.encode(pod), mode=0o644, durable=True)
         self.prune()
@@ -266,11 +304,7 @@ class StagingStore:
             served = entry.served + 1
             complete = served == len(pod.containers)
             try:
-                if complete:
-                    (self.root / DONE).mkdir(exist_ok=True)
-                    os.replace(self.root / entry.file, self.root / DONE / entry.base)
-                else:
-                    os.replace(self.root / entry.file, self.root / f"{entry.base}{_SERVED_SEP}{served}")
+                self._move(entry, served, len(pod.containers))
             except FileNotFoundError:
                 continue  # the node agent removed it between our read and our rename
             return ClaimOutcome(Claim(pod=pod, index=entry.served, complete=complete), tuple(problems))
@@ -279,20 +313,14 @@ class StagingStore:
     def skip(self, pod_uid: str) -> None:
         """Record one more container of ``pod_uid`` as served elsewhere (by the annotation fallback)."""
         for entry in self._entries_of(pod_uid):
-            try:
-                pod = self._read(entry)
-            except (OSError, msgspec.DecodeError, msgspec.ValidationError):
-                return
-            served = entry.served + 1
-            target = (
-                self.root / DONE / entry.base
-                if served >= len(pod.containers)
-                else self.root / f"{entry.base}{_SERVED_SEP}{served}"
-            )
-            with contextlib.suppress(OSError):
-                target.parent.mkdir(exist_ok=True)
-                os.replace(self.root / entry.file, target)
+            with contextlib.suppress(OSError, msgspec.DecodeError, msgspec.ValidationError):
+                self._move(entry, entry.served + 1, len(self._read(entry).containers))
             return
+
+
+def has_host_files(allocation: ContainerAllocation) -> bool:
+    """Whether the host files of ``allocation`` are in place (two ``stat`` calls)."""
+    return os.path.isdir(allocation.cache_dir) and os.path.isfile(allocation.limits_host_path)
 
 
 def write_host_files(allocation: ContainerAllocation) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -23,7 +23,7 @@ from hami_allocator.pending import BrokenPod, NodePods, next_pending
 from hami_common import logkeys, spans
 from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
 from hami_common.errors import InvalidInput, NotFound, TransientError
-from hami_common.staging import StagingStore, write_host_files
+from hami_common.staging import StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
 __all__ = ["Allocator", "GoneSet"]
@@ -31,6 +31,7 @@ __all__ = ["Allocator", "GoneSet"]
 log = logging.getLogger(__name__)
 
 _GONE_KEEP: Final = 4096
+_LATENCIES: Final = 1024
 
 
 @dataclass(eq=False)
@@ -77,6 +78,8 @@ class Allocator:
         self.inflight: dict[str, int] = {}  # containers served whose to-allocate entry is not erased yet
         self.served_staged = 0
         self.served_fallback = 0
+        # Recent in-plugin latencies of answered containers, in ms, by path: what a metric or a benchmark reads.
+        self.latencies_ms: dict[bool, deque[float]] = {True: deque(maxlen=_LATENCIES), False: deque(maxlen=_LATENCIES)}
         self._lock = asyncio.Lock()
         self._devices: tuple[int, dict[str, VirtualDevice]] = (0, {})
 
@@ -116,8 +119,12 @@ class Allocator:
 
     # --- Allocate ----------------------------------------------------------------------------------------
 
-    async def allocate(self, ids: Sequence[str]) -> ContainerAllocation:
-        """The answer for one container request; raises InvalidInput, NotFound or TransientError."""
+    async def allocate(self, ids: Sequence[str]) -> tuple[ContainerAllocation, Served]:
+        """The answer for one container request; raises InvalidInput, NotFound or TransientError.
+
+        The caller hands the returned :class:`Served` to :meth:`follow_up` once the reply is on its way, so
+        the apiserver writes do not compete with sending it.
+        """
         started = time.time_ns()
         self.check_ids(ids)
         async with self._lock:
@@ -140,12 +147,16 @@ class Allocator:
                 self.served_fallback += 1
             self.inflight[served.pod_uid] = self.inflight.get(served.pod_uid, 0) + 1
         try:
-            write_host_files(allocation)
+            if not has_host_files(allocation):  # staged entries come with them; the fallback writes them now
+                write_host_files(allocation)
         except OSError as err:
             raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
-        self.followup.submit(served)
         self._trace(served, started)
-        return allocation
+        self.latencies_ms[served.staged].append((time.time_ns() - started) / 1e6)
+        return allocation, served
+
+    def follow_up(self, served: Served) -> None:
+        self.followup.submit(served)
 
     async def _fallback(self, count: int, problems: Sequence[str]) -> tuple[ContainerAllocation, Served]:
         also = f"; {'; '.join(problems)}" if problems else ""

@@ -16,6 +16,7 @@ import grpc
 
 from hami_allocator.allocator import Allocator
 from hami_allocator.api.rpc import HEALTHY, UNHEALTHY, DevicePluginServicer, pb
+from hami_allocator.followup import Served
 from hami_allocator.inventory import InventorySnapshot, virtual_devices
 from hami_common.allocation import ContainerResponse
 from hami_common.errors import HamiError, InvalidInput, NotFound, TransientError
@@ -97,16 +98,24 @@ class DevicePluginService(DevicePluginServicer):  # type: ignore[misc]
         return pb.PreferredAllocationResponse(container_responses=responses)
 
     async def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:  # noqa: N802
+        served: list[Served] = []
+        # The follow-up (apiserver writes, bus) starts when the RPC is over: never ahead of the reply.
+        context.add_done_callback(lambda _: self._follow_up(served))
         try:
             if not request.container_requests:
                 raise InvalidInput("the request holds no container requests")
             answers = []
             for creq in request.container_requests:
-                allocation = await self.allocator.allocate(list(creq.devices_ids))
+                allocation, done = await self.allocator.allocate(list(creq.devices_ids))
+                served.append(done)
                 answers.append(to_pb(allocation.response))
             return pb.AllocateResponse(container_responses=answers)
         except HamiError as err:
             await _abort(context, "Allocate", err)
+
+    def _follow_up(self, served: list[Served]) -> None:
+        for done in served:
+            self.allocator.follow_up(done)
 
     async def PreStartContainer(  # noqa: N802
         self, request: pb.PreStartContainerRequest, context: Any
