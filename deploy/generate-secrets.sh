@@ -2,14 +2,15 @@
 # Writes the files an overlay's secretGenerator reads; nothing secret is ever committed (each overlay's
 # .gitignore ignores its secrets/ directory).
 #
-#   deploy/generate-secrets.sh [--tls] [--force] [--namespace NS] OVERLAY_DIR
+#   deploy/generate-secrets.sh [--tls] [--force] [--namespace NS] [--webhook-san SAN] OVERLAY_DIR
 #
 # Always: OVERLAY_DIR/secrets/nats/<service>, one random password per NATS user (extender, webhook,
 #   allocator, nodeagent, metrics).
 # --tls (clusters without cert-manager): a self-signed CA and serving certificates signed by it, in
 #   OVERLAY_DIR/secrets/tls/: ca.crt (ca.key stays here, never in the cluster), webhook.crt/.key for
 #   hami-webhook.<NS>.svc, extender.crt/.key for 127.0.0.1 and localhost (kube-scheduler calls the
-#   extender over the pod's loopback).
+#   extender over the pod's loopback). --webhook-san adds a subjectAltName to the webhook's certificate,
+#   e.g. IP:127.0.0.1 when the apiserver calls it by URL (docker-compose.yml does).
 # Existing files are kept, so running it again changes nothing; --force makes new ones.
 set -eu
 
@@ -17,19 +18,21 @@ tls=0
 force=0
 namespace=hami-system
 days=825
+webhook_sans=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tls) tls=1 ;;
     --force) force=1 ;;
     --namespace) shift; namespace="$1" ;;
     --days) shift; days="$1" ;;
-    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    --webhook-san) shift; webhook_sans="$webhook_sans, $1" ;;
+    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
   esac
   shift
 done
-[ $# -eq 1 ] || { echo "usage: $0 [--tls] [--force] [--namespace NS] OVERLAY_DIR" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [--tls] [--force] [--namespace NS] [--webhook-san SAN] OVERLAY_DIR" >&2; exit 2; }
 command -v openssl >/dev/null || { echo "openssl is required" >&2; exit 1; }
 
 out="$1/secrets"
@@ -81,5 +84,5 @@ EXT
 }
 
 svc="hami-webhook.$namespace.svc"
-serve webhook "$svc" "DNS:hami-webhook, DNS:hami-webhook.$namespace, DNS:$svc, DNS:$svc.cluster.local"
+serve webhook "$svc" "DNS:hami-webhook, DNS:hami-webhook.$namespace, DNS:$svc, DNS:$svc.cluster.local$webhook_sans"
 serve extender localhost "DNS:localhost, IP:127.0.0.1"
