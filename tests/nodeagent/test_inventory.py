@@ -26,6 +26,7 @@ from hami_common.inventory import (
     open_inventory,
     pair_scores,
 )
+from tests.nodeagent._nvml_double import Card, NvmlDouble
 from tests.nodeagent.conftest import NODE, UUID_A, UUID_B, inventory_doc, write_inventory
 
 
@@ -36,9 +37,36 @@ def _nvml_or_skip() -> NvmlInventory:
         pytest.skip(f"no NVIDIA driver or GPU on this machine: {err}")
 
 
-@pytest.fixture(params=[FAKE, NVML])
-def backend(request: pytest.FixtureRequest, inventory_file: Path) -> Iterator[GpuInventory]:
-    inventory: GpuInventory = FakeInventory(inventory_file, NODE) if request.param == FAKE else _nvml_or_skip()
+NVML_DOUBLE = "nvml over a stand-in library"
+
+
+def _double(sysfs: Path) -> tuple[NvmlDouble, Path]:
+    """Two NVLinked GPUs on one CPU, one PCIe-only GPU on the other, and their sysfs NUMA files."""
+    double = NvmlDouble(
+        cards=[
+            Card(UUID_A, "Tesla V100-SXM2-32GB", "00000000:3B:00.0", 32768, used_mib=1024, util=30,
+                 nvlinks=["00000000:86:00.0"] * 2),
+            Card(UUID_B, "Tesla V100-SXM2-32GB", "00000000:86:00.0", 32768, nvlinks=["00000000:3B:00.0"] * 2),
+            Card("GPU-c", "NVIDIA A10", "00000001:AF:00.0", 24576),
+        ],
+        topology={(0, 1): 40, (1, 0): 40, (0, 2): 50, (2, 0): 50, (1, 2): 50, (2, 1): 50},
+    )  # fmt: skip
+    for bus, numa in (("0000:3b:00.0", "0"), ("0000:86:00.0", "1\n"), ("0001:af:00.0", "-1")):
+        (sysfs / bus).mkdir(parents=True)
+        (sysfs / bus / "numa_node").write_text(numa)
+    return double, sysfs
+
+
+@pytest.fixture(params=[FAKE, NVML, NVML_DOUBLE])
+def backend(request: pytest.FixtureRequest, inventory_file: Path, tmp_path: Path) -> Iterator[GpuInventory]:
+    inventory: GpuInventory
+    if request.param == FAKE:
+        inventory = FakeInventory(inventory_file, NODE)
+    elif request.param == NVML:
+        inventory = _nvml_or_skip()
+    else:
+        double, sysfs = _double(tmp_path / "sys")
+        inventory = NvmlInventory(library=double, pci_devices=sysfs)
     yield inventory
     inventory.close()
 
@@ -240,3 +268,50 @@ def test_any_node_config_bytes_are_overrides_or_invalid_input(raw: bytes | str) 
     except InvalidInput:
         return
     assert config.split_count >= 1
+
+
+def test_nvml_backend_maps_identity_numa_and_links(tmp_path: Path) -> None:
+    double, sysfs = _double(tmp_path / "sys")
+    a, b, c = NvmlInventory(library=double, pci_devices=sysfs).gpus()
+    assert (a.uuid, a.index, a.model, a.memory_mib, a.numa, a.bus_id) == (
+        UUID_A, 0, "Tesla V100-SXM2-32GB", 32768, 0, "00000000:3B:00.0",
+    )  # fmt: skip
+    assert (b.numa, c.numa) == (1, 0)  # "-1" in sysfs (no NUMA affinity) registers as 0
+    assert a.link_to(UUID_B) == GpuLink(UUID_B, PcieLevel.SAME_CPU, 2)
+    assert a.link_to("GPU-c") == GpuLink("GPU-c", PcieLevel.CROSS_CPU, 0)
+    assert pair_scores([a, b, c]).scores[UUID_A] == {UUID_B: 220, "GPU-c": 10}
+
+
+def test_nvml_backend_marks_a_gpu_unhealthy_for_good_after_a_critical_xid(tmp_path: Path) -> None:
+    double, sysfs = _double(tmp_path / "sys")
+    inventory = NvmlInventory(library=double, pci_devices=sysfs)
+    double.xid(1, 13)  # an application fault: ignored, as HAMi ignores it
+    assert [g.healthy for g in inventory.gpus()] == [True, True, True]
+    double.xid(1, 79)  # fallen off the bus
+    assert [g.healthy for g in inventory.gpus()] == [True, False, True]
+    assert [g.healthy for g in inventory.gpus()] == [True, False, True]  # no recovery path
+
+
+def test_nvml_backend_reports_a_lost_gpu_unhealthy_and_leaves_it_out_of_the_figures(tmp_path: Path) -> None:
+    double, sysfs = _double(tmp_path / "sys")
+    inventory = NvmlInventory(library=double, pci_devices=sysfs)
+    seen = inventory.gpus()[2]
+    double.cards[2].lost = True
+    lost = inventory.gpus()[2]
+    assert (lost.uuid, lost.memory_mib, lost.healthy) == (seen.uuid, seen.memory_mib, False)
+    assert [s.uuid for s in inventory.stats()] == [UUID_A, UUID_B]
+    assert inventory.stats()[0].memory_used_bytes == 1024 << 20
+
+
+def test_nvml_backend_keeps_a_gpu_healthy_that_cannot_report_its_memory(tmp_path: Path) -> None:
+    double, sysfs = _double(tmp_path / "sys")
+    double.cards[0].memory_unsupported = True
+    first = NvmlInventory(library=double, pci_devices=sysfs).gpus()[0]
+    assert (first.memory_mib, first.healthy) == (0, True)  # registration then uses preConfiguredDeviceMemory
+
+
+def test_nvml_backend_that_never_saw_a_gpu_answer_reports_discovery_failure(tmp_path: Path) -> None:
+    double, sysfs = _double(tmp_path / "sys")
+    double.cards[1].lost = True
+    with pytest.raises(TransientError, match="NVML discovery failed"):
+        NvmlInventory(library=double, pci_devices=sysfs).gpus()

@@ -2,9 +2,9 @@
 
 * identity and size: UUID, index, name, total memory (0 when NVML cannot tell);
 * NUMA node from ``/sys/bus/pci/devices/<bus id>/numa_node`` (negative becomes 0);
-* health by polling: a device that stops answering, or that reported a critical Xid or a double-bit ECC
-  error since start-up (Xids 13, 31, 43, 45, 68 and 109 are application faults and ignored), is unhealthy
-  for good, like HAMi's device plugin, which has no recovery path;
+* health by polling: a device that stops answering (other than "not supported"), or that reported a critical
+  Xid or a double-bit ECC error since start-up (Xids 13, 31, 43, 45, 68 and 109 are application faults and
+  ignored), is unhealthy for good, like HAMi's device plugin, which has no recovery path;
 * links: the PCIe common ancestor of every pair and the active NVLinks to each peer, read once.
 
 Every call blocks; services use ``asyncio.to_thread``. Failing to initialise NVML raises TransientError.
@@ -12,10 +12,10 @@ Every call blocks; services use ``asyncio.to_thread``. Failing to initialise NVM
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import logging
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Final
 
 from hami_common.errors import TransientError
@@ -51,7 +51,8 @@ def sysfs_bus_id(nvml_bus_id: str) -> str:
 class NvmlInventory:
     """:class:`~hami_common.inventory.GpuInventory` over the driver's NVML library."""
 
-    def __init__(self, *, pci_devices: Path = Path("/sys/bus/pci/devices"), library: ModuleType | None = None) -> None:
+    def __init__(self, *, pci_devices: Path = Path("/sys/bus/pci/devices"), library: Any = None) -> None:
+        """``library`` is the ``pynvml`` module (imported when not given); tests pass a stand-in here."""
         self._nv = library or importlib.import_module("pynvml")
         self._pci = pci_devices
         try:
@@ -59,6 +60,7 @@ class NvmlInventory:
         except self._nv.NVMLError as err:
             raise TransientError(f"NVML is not available: {err}") from err
         self._failed: set[str] = set()
+        self._known: dict[int, Gpu] = {}  # the last answer per index, for a GPU that stops answering
         self._links: dict[str, tuple[GpuLink, ...]] | None = None
         self._events: Any = None
         self._watch_events()
@@ -69,8 +71,14 @@ class NvmlInventory:
 
     # --- discovery -----------------------------------------------------------------------------------------
 
-    def _handles(self) -> list[Any]:
-        return [self._nv.nvmlDeviceGetHandleByIndex(i) for i in range(self._nv.nvmlDeviceGetCount())]
+    def _handles_answering(self) -> list[Any]:
+        handles: list[Any] = []
+        for index in range(self._nv.nvmlDeviceGetCount()):
+            try:
+                handles.append(self._nv.nvmlDeviceGetHandleByIndex(index))
+            except self._nv.NVMLError:
+                continue
+        return handles
 
     def _numa(self, bus_id: str) -> int:
         try:
@@ -90,32 +98,46 @@ class NvmlInventory:
     def _gpus(self) -> tuple[Gpu, ...]:
         nv = self._nv
         self._drain_events()
-        handles = self._handles()
+        count = int(nv.nvmlDeviceGetCount())
         if self._links is None:
-            self._links = self._read_links(handles)
+            self._links = self._read_links([nv.nvmlDeviceGetHandleByIndex(i) for i in range(count)])
         found: list[Gpu] = []
-        for index, handle in enumerate(handles):
-            uuid = _text(nv.nvmlDeviceGetUUID(handle))
-            healthy = uuid not in self._failed
+        for index in range(count):
             try:
-                memory = int(nv.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
+                gpu = self._describe(index, self._links)
             except nv.NVMLError as err:
-                log.warning("GPU %s does not report its memory: %s", uuid, err)
-                memory, healthy = 0, False
-            bus_id = self._bus_id(handle)
-            found.append(
-                Gpu(
-                    uuid=uuid,
-                    index=index,
-                    model=_text(nv.nvmlDeviceGetName(handle)),
-                    memory_mib=memory,
-                    numa=self._numa(bus_id),
-                    healthy=healthy,
-                    bus_id=bus_id,
-                    links=self._links.get(uuid, ()),
-                )
-            )
+                known = self._known.get(index)
+                if known is None:
+                    raise  # never seen answering: discovery itself failed
+                if known.uuid not in self._failed:
+                    log.warning("GPU %s stopped answering NVML, unhealthy from now on: %s", known.uuid, err)
+                self._failed.add(known.uuid)
+                gpu = dataclasses.replace(known, healthy=False)
+            self._known[index] = gpu
+            found.append(gpu)
         return tuple(found)
+
+    def _describe(self, index: int, links: dict[str, tuple[GpuLink, ...]]) -> Gpu:
+        nv = self._nv
+        handle = nv.nvmlDeviceGetHandleByIndex(index)
+        uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        try:
+            memory = int(nv.nvmlDeviceGetMemoryInfo(handle).total) // _MIB
+        except nv.NVMLError as err:
+            if getattr(err, "value", None) != nv.NVML_ERROR_NOT_SUPPORTED:
+                raise
+            memory = 0  # some boards cannot tell: registration uses preConfiguredDeviceMemory
+        bus_id = self._bus_id(handle)
+        return Gpu(
+            uuid=uuid,
+            index=index,
+            model=_text(nv.nvmlDeviceGetName(handle)),
+            memory_mib=memory,
+            numa=self._numa(bus_id),
+            healthy=uuid not in self._failed,
+            bus_id=bus_id,
+            links=links.get(uuid, ()),
+        )
 
     def _read_links(self, handles: list[Any]) -> dict[str, tuple[GpuLink, ...]]:
         nv = self._nv
@@ -155,7 +177,7 @@ class NvmlInventory:
             log.warning("NVML events unavailable, health is polled without Xid events: %s", err)
             return
         mask = nv.nvmlEventTypeXidCriticalError | nv.nvmlEventTypeDoubleBitEccError
-        for handle in self._handles():
+        for handle in self._handles_answering():
             try:
                 nv.nvmlDeviceRegisterEvents(handle, mask, self._events)
             except nv.NVMLError as err:
@@ -189,9 +211,9 @@ class NvmlInventory:
     def _stats(self) -> tuple[GpuStats, ...]:
         nv = self._nv
         figures: list[GpuStats] = []
-        for handle in self._handles():
-            uuid = _text(nv.nvmlDeviceGetUUID(handle))
+        for handle in self._handles_answering():
             try:
+                uuid = _text(nv.nvmlDeviceGetUUID(handle))
                 used = int(nv.nvmlDeviceGetMemoryInfo(handle).used)
                 rates = nv.nvmlDeviceGetUtilizationRates(handle)
             except nv.NVMLError:
