@@ -145,18 +145,21 @@ class Allocator:
             else:
                 allocation, served = await self._fallback(len(ids), outcome.problems)
                 self.served_fallback += 1
+            try:
+                if not has_host_files(allocation):  # staged entries come with them; the fallback writes them
+                    write_host_files(allocation)
+            except OSError as err:
+                # Not counted as served: the annotation entry stays, and the kubelet's retry takes the fallback.
+                raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
             self.inflight[served.pod_uid] = self.inflight.get(served.pod_uid, 0) + 1
-        try:
-            if not has_host_files(allocation):  # staged entries come with them; the fallback writes them now
-                write_host_files(allocation)
-        except OSError as err:
-            raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
+        self.followup.expect()
         self._trace(served, started)
         self.latencies_ms[served.staged].append((time.time_ns() - started) / 1e6)
         return allocation, served
 
     def follow_up(self, served: Served) -> None:
-        self.followup.submit(served)
+        """Hand a served container to the follow-up worker (after its reply is sent)."""
+        self.followup.submit(served, expected=True)
 
     async def _fallback(self, count: int, problems: Sequence[str]) -> tuple[ContainerAllocation, Served]:
         also = f"; {'; '.join(problems)}" if problems else ""

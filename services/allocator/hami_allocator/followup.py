@@ -113,13 +113,23 @@ class FollowUp:
         self.clock = clock
         self.failures = 0
         self._queue: asyncio.Queue[Served] = asyncio.Queue()
+        self._outstanding = 0  # expected or queued, not yet followed up
+        self._idle = asyncio.Event()
+        self._idle.set()
 
-    def submit(self, served: Served) -> None:
+    def expect(self) -> None:
+        """Announce a :meth:`submit` that will come a little later (once the reply is sent)."""
+        self._outstanding += 1
+        self._idle.clear()
+
+    def submit(self, served: Served, *, expected: bool = False) -> None:
+        if not expected:
+            self.expect()
         self._queue.put_nowait(served)
 
     async def join(self) -> None:
-        """Wait until everything submitted so far has been followed up."""
-        await self._queue.join()
+        """Wait until everything served so far, announced or submitted, has been followed up."""
+        await self._idle.wait()
 
     async def run(self) -> None:
         while True:
@@ -138,6 +148,9 @@ class FollowUp:
                 )
             finally:
                 self._queue.task_done()
+                self._outstanding -= 1
+                if self._outstanding == 0:
+                    self._idle.set()
 
     async def _follow(self, served: Served) -> None:
         if self.pods is not None:
