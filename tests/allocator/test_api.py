@@ -1,13 +1,18 @@
-"""The generated v1beta1 stubs: fresh against the proto, and named as the kubelet expects."""
+"""The generated v1beta1 stubs (fresh, named as the kubelet expects) and the service's entry points."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from hami_allocator.api import generate
 from hami_allocator.main import main
+from hami_allocator.service import serve
+from hami_allocator.settings import AllocatorSettings
+from hami_common.resources import GPU
+from hami_sim.kubelet import KubeletEmulator
 
 
 def test_generated_stubs_match_the_proto(tmp_path: Path) -> None:
@@ -53,3 +58,25 @@ def test_missing_node_name_is_a_configuration_error() -> None:
     with pytest.raises(SystemExit) as exited:
         main(["--no-use-apiserver", "--no-use-bus"])
     assert exited.value.code == 2
+
+
+async def test_service_body_serves_declared_gpus_until_stopped(sockdir: Path, tmp_path: Path) -> None:
+    settings = AllocatorSettings(
+        node_name="gpu-node-1",
+        plugin_dir=str(sockdir),
+        gpus=("GPU-aaa:0", "GPU-bbb:1"),
+        device_split_count=3,
+        staging_dir=str(tmp_path / "staging"),
+        hook_path=str(tmp_path / "hook"),
+        use_apiserver=False,
+        use_bus=False,
+        watch_interval=0.02,
+        numa_topology=True,
+    )
+    stop = asyncio.Event()
+    async with KubeletEmulator(sockdir) as kubelet:
+        body = asyncio.create_task(serve(settings, stop))
+        view = await kubelet.wait_devices(GPU, 6)
+        stop.set()
+        await body
+    assert sorted(view.devices) == [f"GPU-{g}-{i}" for g in ("aaa", "bbb") for i in range(3)]
