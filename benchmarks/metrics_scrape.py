@@ -4,15 +4,17 @@ One process runs an embedded nats-server, the aggregator app under uvicorn (real
 publisher. The publisher seeds N nodes x G GPUs x C containers per GPU (one pod per container): an
 inventory per node, a device sample per GPU, a placement and a usage report per container. Then it keeps
 publishing usage reports (every container once per ``--period`` seconds) while /metrics is scraped
-``--scrapes`` times. The aggregator subscribes on the publisher's connection, so seeding is awaited
-exactly (no lost messages before its subscriptions exist).
+``--scrapes`` times by a separate scraper process (with gzip, as Prometheus asks, and a minimal HTTP client
+timed to the last byte), then once without compression. The aggregator subscribes on the publisher's
+connection, so seeding is awaited exactly (no lost messages before its subscriptions exist).
 
 Also measured, in-process on the same state: building the families plus rendering them with the service's
 own text renderer, and with prometheus_client's ``generate_latest`` over an equivalent Collector.
 
     python benchmarks/metrics_scrape.py [--quick] [--nodes 1000] [--gpus 8] [--containers 4]
 
-The last line is JSON with ``scrape_ms`` (median of the plain-text scrapes) and ``series``.
+The last line is JSON with ``scrape_ms`` (median over the scrapes, with ``Accept-Encoding: gzip`` as Prometheus
+sends it, timed to the last byte) and ``series``.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import socket
 import statistics
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
@@ -193,14 +197,16 @@ async def run(shape: Shape, scrapes: int, period_s: float, compare: bool) -> dic
                 counter = [0]
                 applied_before = aggregator.state.applied
                 publisher = asyncio.create_task(keep_publishing(bus, shape, period_s, counter))
-                times: list[float] = []
-                series = body_bytes = 0
                 began = time.perf_counter()
-                for _ in range(scrapes):
-                    ms, body, body_bytes = await raw_get(host, port, "/metrics")
-                    times.append(ms)
-                    series = sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
-                gzip_ms, _, gzip_bytes = await raw_get(host, port, "/metrics", encoding="gzip")
+                # The scraper is another process, as Prometheus is: this one only serves, folds and publishes.
+                scraper = await asyncio.create_subprocess_exec(
+                    sys.executable, __file__, "--scrape", f"{host}:{port}", "--scrapes", str(scrapes),
+                    stdout=asyncio.subprocess.PIPE,
+                )  # fmt: skip
+                out, _ = await scraper.communicate()
+                measured = json.loads(out.decode().strip().splitlines()[-1])
+                times, series, body_bytes = measured["times"], measured["series"], measured["body_bytes"]
+                plain_ms, gzip_bytes = measured["plain_ms"], measured["gzip_bytes"]
                 elapsed = time.perf_counter() - began
                 publisher.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -226,28 +232,47 @@ async def run(shape: Shape, scrapes: int, period_s: float, compare: bool) -> dic
                 client_ms = (time.perf_counter() - t0) * 1000
 
     print(f"cluster: {shape.nodes} nodes x {shape.gpus} GPUs x {shape.containers} containers per GPU")
-    print(f"scrapes over HTTP (ms): {', '.join(f'{t:.0f}' for t in times)}; gzip scrape {gzip_ms:.0f} ms")
+    print(f"scrapes over HTTP with gzip, as Prometheus asks (ms): {', '.join(f'{t:.0f}' for t in times)}")
+    print(f"one scrape without compression: {plain_ms:.0f} ms")
     print(f"series {series}, body {body_bytes / 1e6:.1f} MB ({gzip_bytes / 1e6:.1f} MB gzip)")
     print(f"usage reports published during the scrapes: {counter[0]} ({counter[0] / elapsed:.0f}/s), folded {folded}")
     print(f"in-process: collect {collect_ms:.0f} ms, collect+render (warm cache) {render_ms:.0f} ms", end="")
+    load = os.getloadavg()[0]
     print(f", prometheus_client {client_ms:.0f} ms" if client_ms is not None else "")
     return {
         "scrape_ms": round(statistics.median(times), 1),
         "scrape_ms_max": round(max(times), 1),
-        "gzip_scrape_ms": round(gzip_ms, 1),
+        "plain_scrape_ms": round(plain_ms, 1),
         "series": series,
         "body_mb": round(body_bytes / 1e6, 1),
+        "gzip_mb": round(gzip_bytes / 1e6, 2),
+        "collect_ms": round(collect_ms, 1),
         "render_ms": round(render_ms, 1),
         "prometheus_client_ms": None if client_ms is None else round(client_ms, 1),
         "usage_per_s_during_scrapes": round(counter[0] / elapsed),
         "nodes": shape.nodes,
         "gpus_per_node": shape.gpus,
         "containers_per_gpu": shape.containers,
+        "load_avg_1m": round(load, 2),  # this host's load when done: the figures are wall-clock times
     }
+
+
+async def scrape_only(target: str, scrapes: int) -> dict[str, object]:
+    """The scraper process: ``scrapes`` GETs as Prometheus sends them (gzip), then one uncompressed GET."""
+    host, port = target.rsplit(":", 1)
+    times: list[float] = []
+    gzip_bytes = 0
+    for _ in range(scrapes):
+        ms, _, gzip_bytes = await raw_get(host, int(port), "/metrics", encoding="gzip")
+        times.append(ms)
+    plain_ms, body, body_bytes = await raw_get(host, int(port), "/metrics")
+    series = sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
+    return {"times": times, "series": series, "body_bytes": body_bytes, "plain_ms": plain_ms, "gzip_bytes": gzip_bytes}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--scrape", metavar="HOST:PORT", help=argparse.SUPPRESS)  # the scraper process
     parser.add_argument("--quick", action="store_true", help="100 nodes, 3 scrapes")
     parser.add_argument("--nodes", type=int, default=1000)
     parser.add_argument("--gpus", type=int, default=8)
@@ -257,6 +282,9 @@ def main() -> None:
     parser.add_argument("--no-compare", action="store_true", help="skip the prometheus_client comparison")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
+    if args.scrape:
+        print(json.dumps(asyncio.run(scrape_only(args.scrape, args.scrapes))))
+        return
     nodes, scrapes = (100, 3) if args.quick else (args.nodes, args.scrapes)
     shape = Shape(nodes=nodes, gpus=args.gpus, containers=args.containers)
     summary = asyncio.run(run(shape, scrapes, args.period, compare=not args.no_compare))
