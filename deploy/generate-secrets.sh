@@ -75,6 +75,8 @@ serve() {
 basicConstraints = critical, CA:FALSE
 keyUsage = critical, digitalSignature, keyEncipherment
 extendedKeyUsage = serverAuth
+subjectKeyIdentifier = hash
+authorityKeyIdentifier = keyid:always
 subjectAltName = $3
 EXT
     openssl req -new -key "$tls_dir/$1.key" -subj "/CN=$2" -out "$work/$1.csr"

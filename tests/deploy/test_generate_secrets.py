@@ -1,0 +1,118 @@
+"""deploy/generate-secrets.sh: the self-signed certificate and password generator for clusters without
+cert-manager. Its certificates are checked the way their clients use them: a real TLS handshake that
+verifies the chain and the name the apiserver (service DNS name) or kube-scheduler (127.0.0.1) dials."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import stat
+import subprocess
+from pathlib import Path
+from typing import Final
+
+import pytest
+from cryptography import x509
+
+from tests.deploy.manifests import DEPLOY
+
+SCRIPT: Final = DEPLOY / "generate-secrets.sh"
+USERS: Final = ("extender", "webhook", "allocator", "nodeagent", "metrics")
+
+
+def generate(target: Path, *args: str) -> None:
+    subprocess.run(["sh", str(SCRIPT), *args, str(target)], check=True, timeout=60, capture_output=True)
+
+
+@pytest.fixture(scope="module")
+def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    target = tmp_path_factory.mktemp("overlay")
+    generate(target, "--tls")
+    return target / "secrets"
+
+
+def contents(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+async def handshake(cert: Path, key: Path, ca: Path, host: str, server_name: str) -> str:
+    """Serve TLS with ``cert`` on ``host``; connect verifying against ``ca`` as ``server_name``; the
+    peer certificate's subject as the client saw it."""
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    server_ctx.load_cert_chain(cert, key)
+    client_ctx = ssl.create_default_context(cafile=str(ca))
+    client_ctx.verify_flags |= ssl.VERIFY_X509_STRICT  # as strict as Go's verifier, and Python >= 3.13's default
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.close()
+
+    server = await asyncio.start_server(on_client, host, 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    async with server, asyncio.timeout(10):
+        _, writer = await asyncio.open_connection(host, port, ssl=client_ctx, server_hostname=server_name)
+        peer = writer.get_extra_info("peercert")
+        writer.close()
+    return str(peer["subject"])
+
+
+def test_every_nats_user_gets_a_distinct_password_without_a_newline(generated: Path) -> None:
+    passwords = [(generated / "nats" / user).read_text() for user in USERS]
+    assert len(set(passwords)) == len(USERS)
+    assert all(len(p) >= 32 and p.strip() == p for p in passwords)
+
+
+def test_files_are_readable_by_their_owner_only(generated: Path) -> None:
+    for path in generated.rglob("*"):
+        if path.is_file():
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path.name
+
+
+async def test_apiserver_can_verify_the_webhook_by_its_service_name(generated: Path) -> None:
+    tls = generated / "tls"
+    subject = await handshake(
+        tls / "webhook.crt", tls / "webhook.key", tls / "ca.crt", "127.0.0.1", "hami-webhook.hami-system.svc"
+    )
+    assert "hami-webhook.hami-system.svc" in subject
+
+
+async def test_kube_scheduler_can_verify_the_extender_on_loopback(generated: Path) -> None:
+    tls = generated / "tls"
+    await handshake(tls / "extender.crt", tls / "extender.key", tls / "ca.crt", "127.0.0.1", "127.0.0.1")
+
+
+async def test_a_certificate_is_refused_for_a_name_it_does_not_carry(generated: Path) -> None:
+    tls = generated / "tls"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        await handshake(tls / "webhook.crt", tls / "webhook.key", tls / "ca.crt", "127.0.0.1", "evil.example")
+
+
+def test_serving_certificates_are_for_servers_only(generated: Path) -> None:
+    for name in ("webhook", "extender"):
+        cert = x509.load_pem_x509_certificate((generated / "tls" / f"{name}.crt").read_bytes())
+        assert cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca is False
+        usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+        assert list(usages) == [x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]
+
+
+def test_running_again_changes_nothing_and_force_renews(tmp_path: Path) -> None:
+    generate(tmp_path, "--tls")
+    first = contents(tmp_path / "secrets")
+    generate(tmp_path, "--tls")
+    assert contents(tmp_path / "secrets") == first
+    generate(tmp_path, "--tls", "--force")
+    renewed = contents(tmp_path / "secrets")
+    assert set(renewed) == set(first)
+    assert all(renewed[name] != first[name] for name in first)
+
+
+def test_other_namespaces_get_certificates_for_their_service_name(tmp_path: Path) -> None:
+    generate(tmp_path, "--tls", "--namespace", "gpu-infra")
+    cert = x509.load_pem_x509_certificate((tmp_path / "secrets" / "tls" / "webhook.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "hami-webhook.gpu-infra.svc" in names.get_values_for_type(x509.DNSName)
+
+
+def test_a_bad_invocation_exits_2_with_usage(tmp_path: Path) -> None:
+    proc = subprocess.run(["sh", str(SCRIPT), "--bogus", str(tmp_path)], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 2
+    assert "unknown option" in proc.stderr
