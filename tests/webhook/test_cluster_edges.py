@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import ssl
 from pathlib import Path
@@ -18,7 +19,9 @@ from hami_common.envvars import CUDA_DISABLE_CONTROL
 from hami_common.events import AdmissionEvent
 from hami_common.resources import GPU
 from hami_sim.waiting import eventually
+from hami_webhook.admission import AdmissionPolicy
 from hami_webhook.publisher import EventPublisher
+from hami_webhook.reviewer import Reviewer
 from tests.webhook.conftest import TlsFiles, cluster_settings, offline_settings
 from tests.webhook.support import container, patched, pod, review, served, write_self_signed
 
@@ -67,6 +70,18 @@ async def test_events_beyond_the_queue_are_dropped_not_waited_for() -> None:
     for _ in range(5):
         publisher.offer(subjects.admission("ns"), event)
     assert publisher.dropped == 3
+
+
+async def test_a_dry_run_is_judged_but_not_announced() -> None:
+    publisher = EventPublisher()
+    reviewer = Reviewer(AdmissionPolicy(), events=publisher)
+    dry = review(pod(container(limits={GPU: "1"})))
+    dry["request"]["dryRun"] = True
+    status, _ = reviewer.review(json.dumps(dry).encode())
+    assert (status, publisher.queued) == (200, 0)
+    dry["request"]["dryRun"] = False
+    reviewer.review(json.dumps(dry).encode())
+    assert publisher.queued == 1
 
 
 @pytest.mark.parametrize(

@@ -30,6 +30,10 @@ _NATS_GIVE_UP_S = 30.0
 _NO_FRAMEWORK_TELEMETRY: TelemetryConfig = {"tracing": False, "metrics": False, "logs": False, "operation_spans": False}
 
 
+def _always() -> bool:
+    return True
+
+
 def create_app(settings: WebhookSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
@@ -38,13 +42,13 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
         async with AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
             tasks: list[asyncio.Task[None]] = []
             reviewer = Reviewer(policy, max_body_bytes=s.max_body_bytes)
-            ready: Callable[[], bool] = lambda: True  # noqa: E731 - replaced when there are caches
+            ready: Callable[[], bool] = _always
             if s.watch_cluster:
                 kube = await stack.enter_async_context(KubeClient.from_settings(s))
                 cluster = ClusterState(kube, policy.resources, parse_label_rule(s.disable_control_label))
                 tasks.append(tg.create_task(cluster.run(), name="webhook caches"))
                 reviewer.namespaces = cluster
-                ready = lambda: cluster.synced  # noqa: E731
+                ready = cluster.is_synced
             if s.publish_events:
                 publisher = EventPublisher(capacity=s.event_queue, timeout=s.publish_timeout)
 

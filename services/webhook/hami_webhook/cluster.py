@@ -94,8 +94,8 @@ class ClusterState:
             for cache in self._caches():
                 tg.create_task(cache.run(), name=f"watch {cache.name}")
 
-    @property
-    def synced(self) -> bool:
+    def is_synced(self) -> bool:
+        """Every cache has listed once (``/readyz``)."""
         return all(cache.synced.is_set() for cache in self._caches())
 
     async def wait_synced(self) -> None:

@@ -47,6 +47,10 @@ class EventPublisher:
     def __post_init__(self) -> None:
         self._queue = asyncio.Queue(maxsize=self.capacity)
 
+    @property
+    def queued(self) -> int:
+        return self._queue.qsize()
+
     def offer(self, subject: str, event: AdmissionEvent, ctx: Context | None = None) -> None:
         try:
             self._queue.put_nowait((subject, event, ctx))

@@ -118,8 +118,8 @@ class Reviewer:
                 verdict.message,
                 extra={logkeys.POD_UID: uid, logkeys.NAMESPACE: namespace, logkeys.POD: name},
             )
-        if self.events is None or pod is None:
-            return
+        if self.events is None or pod is None or req.dry_run:
+            return  # a dry run has no side effects, announcements included
         try:
             subject = subjects.admission(namespace)
         except InvalidInput:
