@@ -27,6 +27,8 @@ __all__ = [
 
 POD_API_VERSION = "v1"
 POD_KIND = "Pod"
+# Far beyond any quantity the apiserver stores; longer digit strings would not even convert to int.
+MAX_QUANTITY_LENGTH = 64
 
 
 class _Wire(msgspec.Struct, frozen=True, kw_only=True, rename="camel", omit_defaults=True):
@@ -106,4 +108,13 @@ def decode_pod(raw: bytes) -> PodView:
         raise InvalidInput(f"cannot decode the pod: {err}") from err
     if (pod.api_version or pod.kind) and (pod.api_version, pod.kind) != (POD_API_VERSION, POD_KIND):
         raise InvalidInput(f"expected a {POD_API_VERSION} {POD_KIND}, got {pod.api_version} {pod.kind}")
+    spec = pod.spec
+    for ctr in (*spec.init_containers, *spec.containers, *spec.ephemeral_containers):
+        res = ctr.resources
+        if res is None:
+            continue
+        for quantities in (res.limits, res.requests):
+            for name, text in (quantities or {}).items():
+                if len(text) > MAX_QUANTITY_LENGTH:
+                    raise InvalidInput(f"container {ctr.name}: quantity of {name} is {len(text)} characters long")
     return pod

@@ -36,7 +36,7 @@ from hami_webhook.review import (
 )
 from hami_webhook.settings import MAX_BODY_BYTES
 
-__all__ = ["HTTP_BAD_REQUEST", "Answer", "NoCluster", "Reviewer", "error_review"]
+__all__ = ["HTTP_BAD_REQUEST", "HTTP_INTERNAL", "INTERNAL_ERROR", "Answer", "NoCluster", "Reviewer", "error_review"]
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
 HTTP_INTERNAL: Final = 500
 FORBIDDEN: Final = "Forbidden"
+INTERNAL_ERROR: Final = "internal error of the webhook"
 # Span attributes of the admission span.
 ATTR_OUTCOME: Final = "admission.outcome"
 ATTR_GPU_CONTAINERS: Final = "admission.gpu_containers"

@@ -12,7 +12,7 @@ from typing import Final
 from fastapi import APIRouter, Request, Response
 
 from hami_webhook.deps import ReviewerDep
-from hami_webhook.reviewer import HTTP_BAD_REQUEST, error_review
+from hami_webhook.reviewer import HTTP_BAD_REQUEST, HTTP_INTERNAL, INTERNAL_ERROR, error_review
 from hami_webhook.routes import paths
 
 __all__ = ["router"]
@@ -21,7 +21,6 @@ log = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
 HTTP_OK: Final = 200
-HTTP_INTERNAL: Final = 500
 
 router = APIRouter()
 
@@ -63,5 +62,5 @@ async def review_admission(request: Request, reviewer: ReviewerDep) -> Response:
     except Exception:  # the one broad catch of this edge: a bug answers in protocol form, never a 500 page
         log.exception("admission review failed")
         reviewer.stats["failed"] += 1
-        status, payload = HTTP_OK, error_review(HTTP_INTERNAL, "internal error of the webhook")
+        status, payload = HTTP_OK, error_review(HTTP_INTERNAL, INTERNAL_ERROR)
     return Response(payload, status_code=status, media_type=JSON)
