@@ -21,7 +21,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.events import ContainerPlacement, NodeInventory, PlacedDevice, PlacementDecision
-from hami_metrics.aggregator import Aggregator
+from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.app import create_app
 from hami_metrics.messages import UsageReport
 from hami_metrics.settings import MetricsSettings
@@ -95,7 +95,7 @@ def free_socket() -> socket.socket:
 async def serve(
     settings: MetricsSettings, bus: Bus, clock: FakeClock, *, scheme: str = "http", verify: ssl.SSLContext | bool = True
 ) -> AsyncIterator[Served]:
-    aggregator = Aggregator(settings.retention(), clock=clock)
+    aggregator = Aggregator(settings.retention(), clock=clock, shard=Shard(settings.shard_index, settings.shard_count))
     app = create_app(settings, aggregator=aggregator, bus=bus)
     config = uvicorn.Config(
         app,

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from hami_common import subjects
 from hami_common.bus import Bus
 from hami_common.events import AdmissionEvent, AllocationResult, UsageSample
+from hami_metrics.aggregator import Shard
 from hami_metrics.messages import DeviceSample, PodEnded
 from hami_metrics.settings import MetricsSettings
 
@@ -269,3 +270,19 @@ async def test_arbitrary_authorization_headers_get_401_and_the_server_keeps_serv
         garbage = await running.client.get("/metrics?x=%ff%00", headers={"Accept-Encoding": "\x7f"})
         assert garbage.status_code == 401
         assert (await running.client.get("/healthz")).status_code == 200
+
+
+async def test_a_shard_keeps_only_its_own_nodes(settings: MetricsSettings, bus: Bus, clock: FakeClock) -> None:
+    shard = Shard(index=1, count=2)
+    mine = next(f"gpu-{i}" for i in range(100) if shard.owns(f"gpu-{i}"))
+    theirs = next(f"gpu-{i}" for i in range(100) if not shard.owns(f"gpu-{i}"))
+    sharded = MetricsSettings(nats_url=settings.nats_url, shard_index=1, shard_count=2)
+    async with serve(sharded, bus, clock) as running:
+        await running.bus.publish(subjects.inventory(theirs), inventory(theirs))
+        admitted = AdmissionEvent(pod_uid="u", namespace="team-a", name="p", allowed=True, at_ns=START_NS)
+        await running.bus.publish(subjects.admission("team-a"), admitted)
+        await running.publish(subjects.inventory(mine), inventory(mine))  # ordered after the two skipped ones
+        samples = await running.scrape()
+    assert {dict(lb)["node"] for lb in series(samples, "hami_gpu_memory_limit_bytes")} == {mine}
+    assert series(samples, "hami_scheduling_admissions_total") == {}
+    assert series(samples, "hami_aggregator_shard_info") == {labels(index="1", count="2"): 1}

@@ -6,6 +6,7 @@ import pytest
 
 from hami_common.events import AdmissionEvent, AllocationResult
 from hami_metrics.messages import DeviceSample, PodEnded
+from hami_metrics.nodemap import NodeMap
 from hami_metrics.state import NS_PER_S, ClusterState, PodDevice, Retention, apply, collapse, expire
 
 from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, placement, usage
@@ -154,3 +155,16 @@ def test_admissions_never_bound_are_forgotten_after_the_horizon() -> None:
     admitted = AdmissionEvent(pod_uid="u1", namespace="ns", name="p", allowed=True, gpu_containers=1, at_ns=START_NS)
     state = fold(admitted)
     assert expire(state, START_NS + 601 * NS_PER_S, RETENTION).path.pending_admissions == {}
+
+
+def test_node_map_set_returns_a_new_map_and_leaves_the_old_one() -> None:
+    empty: NodeMap[int] = NodeMap()
+    one = empty.set("a", 1)
+    two = one.set("b", 2).set("a", 3)
+    assert (len(empty), len(one), len(two)) == (0, 1, 2)
+    assert one == {"a": 1}
+    assert two == {"a": 3, "b": 2}
+    assert "b" in two
+    assert "b" not in one
+    assert two.get("zz") is None
+    assert NodeMap((f"n{i}", i) for i in range(500)) == {f"n{i}": i for i in range(500)}
