@@ -43,7 +43,8 @@ def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, Re
     config.load()
     cert = None
     if settings.tls_cert_file:
-        cert = ReloadingCertificate(Path(settings.tls_cert_file), Path(settings.tls_key_file))
+        key = Path(settings.tls_key_file) if settings.tls_key_file else None
+        cert = ReloadingCertificate(Path(settings.tls_cert_file), key)
         config.ssl = cert.context
     return config, cert
 

@@ -28,7 +28,7 @@ class WebhookSettings(KubeSettings, BusSettings):
     host: str = setting("0.0.0.0", "address to listen on")
     port: int = setting(8443, "HTTPS port of POST /webhook")
     tls_cert_file: str = setting("", "PEM certificate chain; empty: plain HTTP (local development only)")
-    tls_key_file: str = setting("", "PEM private key of the certificate")
+    tls_key_file: str = setting("", "PEM private key of the certificate (empty: it is in the certificate file)")
     tls_reload_seconds: float = setting(10.0, "how often the certificate files are checked for changes")
     scheduler_name: str = setting("hami-scheduler", "schedulerName set on GPU pods (HAMi's --scheduler-name)")
     force_overwrite_default_scheduler: bool = setting(True, "take over pods that name default-scheduler")

@@ -15,6 +15,8 @@ import ssl
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hami_common.errors import InvalidInput
+
 __all__ = ["ReloadingCertificate"]
 
 log = logging.getLogger(__name__)
@@ -25,7 +27,7 @@ Stamp = tuple[tuple[int, int, int], ...]
 @dataclass(eq=False)
 class ReloadingCertificate:
     cert_file: Path
-    key_file: Path
+    key_file: Path | None = None  # None: the key is in the certificate file
     context: ssl.SSLContext = field(init=False)
     reloads: int = 0
     _stamp: Stamp = field(init=False, default=())
@@ -33,11 +35,15 @@ class ReloadingCertificate:
     def __post_init__(self) -> None:
         self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.context.minimum_version = ssl.TLSVersion.TLSv1_2
-        self._stamp = self._current_stamp()
-        self.context.load_cert_chain(self.cert_file, self.key_file)  # a bad pair at start-up is fatal
+        try:
+            self._stamp = self._current_stamp()
+            self.context.load_cert_chain(self.cert_file, self.key_file)
+        except (OSError, ssl.SSLError) as err:  # a bad pair at start-up is fatal, with a clear message
+            raise InvalidInput(f"cannot load the serving certificate {self.cert_file}: {err}") from err
 
     def _current_stamp(self) -> Stamp:
-        stats = [os.stat(path) for path in (self.cert_file, self.key_file)]
+        paths = [self.cert_file] if self.key_file is None else [self.cert_file, self.key_file]
+        stats = [os.stat(path) for path in paths]
         return tuple((s.st_mtime_ns, s.st_size, s.st_ino) for s in stats)
 
     def check(self) -> bool:
