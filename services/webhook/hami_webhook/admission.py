@@ -147,8 +147,8 @@ def admit(
 ) -> Verdict:
     """Judge one admission request; never raises for anything a request can contain.
 
-    ``namespaces`` is asked only about the pod's namespace (the request's, else the pod's own), and only
-    when a CREATE gets as far as the quota; ``trace_context`` becomes the GPU pod's trace annotation.
+    ``namespaces`` is asked about the pod's namespace (the request's, else the pod's own) once a CREATE
+    has passed the scheduler-name gate; ``trace_context`` becomes the GPU pod's trace annotation.
     """
     if req.operation not in (CREATE, UPDATE):
         return _allowed()
