@@ -35,6 +35,9 @@ async def test_each_admission_is_announced_on_the_bus(bus: Bus, nats_server: Emb
         await received.put((event, delivery))
 
     await bus.subscribe(subjects.wildcard(subjects.ADMISSION), AdmissionEvent, on_admission)
+    probe = AdmissionEvent(pod_uid="probe", namespace="probe", name="probe", allowed=True, at_ns=0)
+    await bus.publish(subjects.admission("probe"), probe)  # its return proves the subscription is in place
+    assert (await asyncio.wait_for(received.get(), 10))[0] == probe
     settings = offline_settings(tls_files, publish_events=True, nats_url=nats_server.url)
     with served(settings, tls_files.cert) as webhook:
         await asyncio.to_thread(webhook.admit, review(pod(container(limits={GPU: "1"}), namespace="team-a")))
