@@ -19,7 +19,7 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from hami_metrics.exposition import AnyFamily, Family
+from hami_metrics.exposition import AnyFamily, Family, HistogramFamily, RowGroup
 from hami_metrics.families import Kind
 
 __all__ = ["FamilyCollector"]
@@ -32,25 +32,29 @@ class FamilyCollector(Collector):
         self._source = source
 
     def collect(self) -> Iterator[Metric]:
-        for family in self._source():
-            spec = family.spec
-            names = [*spec.labels, *(n for n, _ in spec.const_labels)]
-            const = [v for _, v in spec.const_labels]
-            if isinstance(family, Family):
-                metric: Metric
-                if spec.kind is Kind.COUNTER:
-                    metric = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=names)
-                elif spec.kind is Kind.UNTYPED:
-                    metric = UnknownMetricFamily(spec.name, spec.help, labels=names)
-                else:
-                    metric = GaugeMetricFamily(spec.name, spec.help, labels=names)
-                for values, value in zip(family.series, family.values, strict=True):
-                    metric.add_metric([*values, *const], value)
-                yield metric
-            else:
-                histogram = HistogramMetricFamily(spec.name, spec.help, labels=names)
-                for values, hist in family.series:
-                    bounds = [repr(b) for b in hist.bounds] + ["+Inf"]
-                    buckets = list(zip(bounds, hist.cumulative(), strict=True))
-                    histogram.add_metric([*values, *const], buckets, hist.total)
-                yield histogram
+        for item in self._source():
+            for family in item.families() if isinstance(item, RowGroup) else (item,):
+                yield _metric(family)
+
+
+def _metric(family: Family | HistogramFamily) -> Metric:
+    spec = family.spec
+    names = [*spec.labels, *(n for n, _ in spec.const_labels)]
+    const = [v for _, v in spec.const_labels]
+    if isinstance(family, HistogramFamily):
+        histogram = HistogramMetricFamily(spec.name, spec.help, labels=names)
+        for values, hist in family.series:
+            bounds = [repr(b) for b in hist.bounds] + ["+Inf"]
+            buckets = list(zip(bounds, hist.cumulative(), strict=True))
+            histogram.add_metric([*values, *const], buckets, hist.total)
+        return histogram
+    metric: GaugeMetricFamily | CounterMetricFamily | UnknownMetricFamily
+    if spec.kind is Kind.COUNTER:
+        metric = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help, labels=names)
+    elif spec.kind is Kind.UNTYPED:
+        metric = UnknownMetricFamily(spec.name, spec.help, labels=names)
+    else:
+        metric = GaugeMetricFamily(spec.name, spec.help, labels=names)
+    for values, value in zip(family.series, family.values, strict=True):
+        metric.add_metric([*values, *const], value)
+    return metric

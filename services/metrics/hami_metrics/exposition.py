@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import platform
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, TypeAlias
+from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 from hami_metrics import families as fam
 from hami_metrics.families import FamilySpec
 from hami_metrics.histogram import Histogram
-from hami_metrics.state import NS_PER_S, ClusterState, NodeState
+from hami_metrics.state import NS_PER_S, ClusterState, ContainerUsage, HostDevice, NodeState, PodDevice
 
-__all__ = ["BuildInfo", "Family", "HistogramFamily", "Scrape", "collect"]
+__all__ = ["AnyFamily", "BuildInfo", "Cell", "Family", "HistogramFamily", "RowGroup", "Scrape", "collect"]
 
 MIB: Final = 1 << 20
 MONITOR_TYPE_PREFIX: Final = "NVIDIA-"  # the monitor prefixes NVML's model name unconditionally
@@ -52,7 +52,35 @@ def _family(spec: FamilySpec, samples: list[tuple[Series, Value]]) -> Family:
     return Family(spec, [s for s, _ in samples], [v for _, v in samples])
 
 
-AnyFamily: TypeAlias = Family | HistogramFamily
+R = TypeVar("R")
+Cell: TypeAlias = tuple[Series, Value] | None  # one family's sample of a record, or none
+
+
+@dataclass(slots=True)
+class RowGroup(Generic[R]):
+    """Families fed by the same immutable records: ``row(record)`` gives one cell per family in ``specs``.
+
+    A record never changes, so neither does its row: a renderer may keep a record's formatted lines for as
+    long as the record is in the state (a container's until its next usage report, a pod's for its life),
+    and a scrape then formats only what changed since the last one.
+    """
+
+    specs: tuple[FamilySpec, ...]
+    records: list[R]
+    row: Callable[[R], tuple[Cell, ...]]
+
+    def families(self) -> list[Family]:
+        """The same samples as plain families (for encoders without a row cache)."""
+        out = [Family(spec) for spec in self.specs]
+        for record in self.records:
+            for family, cell in zip(out, self.row(record), strict=True):
+                if cell is not None:
+                    family.series.append(cell[0])
+                    family.values.append(cell[1])
+        return out
+
+
+AnyFamily: TypeAlias = Family | HistogramFamily | RowGroup[Any]
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,16 +111,33 @@ class Scrape:
 
 def collect(state: ClusterState, scrape: Scrape) -> list[AnyFamily]:
     """Every family, in a fixed order; families without samples are still listed (HELP and TYPE only)."""
+    legacy = scrape.legacy
     device = _device_families(state)
-    container = _container_families(state, scrape.now_ns)
     out: list[AnyFamily] = [_family(fam.BUILD_INFO, [(scrape.build.labels(), 1)])]
     out += device
-    out += container
-    if scrape.legacy:
-        out += _legacy(device + container)
-        out.append(_legacy_memory_desc(state))
+    out.append(_pod_group(state, legacy))
+    out.append(_host_group(state, legacy))
+    out.append(_container_group(state, legacy))
+    out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
+    if legacy:
+        out += _legacy(device)
+        out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL.legacy() or fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
     out += _path_families(state, scrape)
     return out
+
+
+def _with_legacy(specs: tuple[FamilySpec, ...], legacy: bool) -> tuple[FamilySpec, ...]:
+    """``specs``, then (with legacy names) the legacy twin of each that has one."""
+    if not legacy:
+        return specs
+    return specs + tuple(twin for twin in (spec.legacy() for spec in specs) if twin is not None)
+
+
+def _cells(specs: tuple[FamilySpec, ...], cells: tuple[Cell, ...], legacy: bool) -> tuple[Cell, ...]:
+    """The cells of ``specs``, then (with legacy names) the same cells again for the legacy twins."""
+    if not legacy:
+        return cells
+    return cells + tuple(cell for spec, cell in zip(specs, cells, strict=True) if spec.legacy_name)
 
 
 def _device_families(state: ClusterState) -> list[Family]:
@@ -105,9 +150,6 @@ def _device_families(state: ClusterState) -> list[Family]:
     shared: list[Value] = []
     core_allocated: list[Value] = []
     ratio = Family(fam.NODE_GPU_MEMORY_RATIO)
-    pod_series: list[Series] = []
-    pod_mem: list[Value] = []
-    pod_core: list[Value] = []
     for node in state.nodes.values():
         used = _device_usage(node)
         for dev in node.devices:
@@ -125,11 +167,6 @@ def _device_families(state: ClusterState) -> list[Family]:
             if dev.devmem_mib > 0:
                 ratio.series.append(labels)
                 ratio.values.append(mem_mib / dev.devmem_mib)
-        for pod in node.pods.values():
-            for d in pod.devices:
-                pod_series.append(d.series)
-                pod_mem.append(d.usedmem_mib * MIB)
-                pod_core.append(d.usedcores)
     if len(ratio.series) == len(base):
         ratio.series = base
     return [
@@ -140,8 +177,6 @@ def _device_families(state: ClusterState) -> list[Family]:
         Family(fam.GPU_CORE_ALLOCATED, base, core_allocated),
         Family(fam.NODE_GPU_OVERVIEW, overview, allocated),
         ratio,
-        Family(fam.VGPU_MEMORY_ALLOCATED, pod_series, pod_mem),
-        Family(fam.VGPU_CORE_ALLOCATED, pod_series, pod_core),
     ]
 
 
@@ -155,64 +190,79 @@ def _device_usage(node: NodeState) -> dict[str, tuple[int, int, int]]:
     return used
 
 
-def _optional(spec: FamilySpec, all_series: list[Series], samples: list[tuple[Series, Value]]) -> Family:
-    """A family only some containers have; it shares the full series list when every container has it."""
-    family = _family(spec, samples)
-    if len(samples) == len(all_series):
-        family.series = all_series
-    return family
+_POD_SPECS: Final = (fam.VGPU_MEMORY_ALLOCATED, fam.VGPU_CORE_ALLOCATED)
+_HOST_SPECS: Final = (fam.HOST_MEMORY_USED, fam.HOST_UTILIZATION, fam.HOST_MEMORY_CONTROLLER)
+_CONTAINER_SPECS: Final = (
+    fam.VGPU_MEMORY_USED,
+    fam.VGPU_MEMORY_LIMIT,
+    fam.CONTAINER_MEMORY,
+    fam.CONTAINER_UTILIZATION,
+    fam.VGPU_MEMORY_CONTEXT,
+    fam.VGPU_MEMORY_MODULE,
+    fam.VGPU_MEMORY_BUFFER,
+)
 
 
-def _container_families(state: ClusterState, now_ns: int) -> list[Family]:
-    host_series: list[Series] = []
-    host_mc_series: list[Series] = []
-    host_mem: list[Value] = []
-    host_util: list[Value] = []
-    host_mc: list[Value] = []
-    series: list[Series] = []
-    used: list[Value] = []
-    limit: list[Value] = []
-    util: list[Value] = []
-    context: list[tuple[Series, Value]] = []
-    module: list[tuple[Series, Value]] = []
-    buffer: list[tuple[Series, Value]] = []
-    last_kernel: list[tuple[Series, Value]] = []
+def _pod_group(state: ClusterState, legacy: bool) -> RowGroup[PodDevice]:
+    def row(d: PodDevice) -> tuple[Cell, ...]:
+        return _cells(_POD_SPECS, ((d.series, d.usedmem_mib * MIB), (d.series, d.usedcores)), legacy)
+
+    records = [d for node in state.nodes.values() for pod in node.pods.values() for d in pod.devices]
+    return RowGroup(_with_legacy(_POD_SPECS, legacy), records, row)
+
+
+def _host_group(state: ClusterState, legacy: bool) -> RowGroup[HostDevice]:
+    def row(h: HostDevice) -> tuple[Cell, ...]:
+        device_type = MONITOR_TYPE_PREFIX + h.name
+        labels = (h.node, str(h.index), h.uuid, device_type)
+        cells: tuple[Cell, ...] = (
+            (labels, h.memory_used_bytes),
+            (labels, h.utilization_percent),
+            ((str(h.index), h.uuid, device_type), h.memory_utilization_percent),  # HAMi: no node label
+        )
+        return _cells(_HOST_SPECS, cells, legacy)
+
+    records = [h for node in state.nodes.values() for h in node.host.values()]
+    return RowGroup(_with_legacy(_HOST_SPECS, legacy), records, row)
+
+
+def _container_group(state: ClusterState, legacy: bool) -> RowGroup[ContainerUsage]:
+    specs = _with_legacy(_CONTAINER_SPECS, legacy)
+    if legacy:
+        specs += (fam.LEGACY_CONTAINER_MEMORY_DESC,)
+
+    def row(u: ContainerUsage) -> tuple[Cell, ...]:
+        labels = u.series
+        cells: tuple[Cell, ...] = (
+            (labels, u.used_bytes),
+            (labels, u.limit_bytes),
+            (labels, u.used_bytes),
+            (labels, u.sm_util_percent),
+            None if u.context_bytes is None else (labels, u.context_bytes),
+            None if u.module_bytes is None else (labels, u.module_bytes),
+            None if u.buffer_bytes is None else (labels, u.buffer_bytes),
+        )
+        cells = _cells(_CONTAINER_SPECS, cells, legacy)
+        if legacy:  # HAMi's legacy memory family carries the breakdown as labels; its value is the total
+            context, module, buffer = u.context_bytes or 0, u.module_bytes or 0, u.buffer_bytes or 0
+            offset = u.used_bytes - context - module - buffer
+            cells += (((*labels, str(context), str(module), str(buffer), str(offset)), u.used_bytes),)
+        return cells
+
+    records = [u for node in state.nodes.values() for u in node.usage.values()]
+    return RowGroup(specs, records, row)
+
+
+def _last_kernel(state: ClusterState, spec: FamilySpec, now_ns: int) -> Family:
+    """Seconds since the last kernel: changes every second, so it is formatted on every scrape."""
+    family = Family(spec)
     now_s = now_ns // NS_PER_S
     for node in state.nodes.values():
-        for h in node.host.values():
-            device_type = MONITOR_TYPE_PREFIX + h.name
-            host_series.append((node.name, str(h.index), h.uuid, device_type))
-            host_mc_series.append((str(h.index), h.uuid, device_type))
-            host_mem.append(h.memory_used_bytes)
-            host_util.append(h.utilization_percent)
-            host_mc.append(h.memory_utilization_percent)
         for u in node.usage.values():
-            labels = u.series
-            series.append(labels)
-            used.append(u.used_bytes)
-            limit.append(u.limit_bytes)
-            util.append(u.sm_util_percent)
-            if u.context_bytes is not None:
-                context.append((labels, u.context_bytes))
-            if u.module_bytes is not None:
-                module.append((labels, u.module_bytes))
-            if u.buffer_bytes is not None:
-                buffer.append((labels, u.buffer_bytes))
             if u.last_kernel_at_s:  # HAMi: only when a kernel was ever launched
-                last_kernel.append((labels, max(now_s - u.last_kernel_at_s, 0)))
-    return [
-        Family(fam.HOST_MEMORY_USED, host_series, host_mem),
-        Family(fam.HOST_UTILIZATION, host_series, host_util),
-        Family(fam.HOST_MEMORY_CONTROLLER, host_mc_series, host_mc),
-        Family(fam.VGPU_MEMORY_USED, series, used),
-        Family(fam.VGPU_MEMORY_LIMIT, series, limit),
-        Family(fam.CONTAINER_MEMORY, series, used),
-        Family(fam.CONTAINER_UTILIZATION, series, util),
-        _optional(fam.CONTAINER_LAST_KERNEL, series, last_kernel),
-        _optional(fam.VGPU_MEMORY_CONTEXT, series, context),
-        _optional(fam.VGPU_MEMORY_MODULE, series, module),
-        _optional(fam.VGPU_MEMORY_BUFFER, series, buffer),
-    ]
+                family.series.append(u.series)
+                family.values.append(max(now_s - u.last_kernel_at_s, 0))
+    return family
 
 
 def _legacy(current: list[Family]) -> list[Family]:
@@ -223,17 +273,6 @@ def _legacy(current: list[Family]) -> list[Family]:
         if spec is not None:
             out.append(Family(spec, family.series, family.values))
     return out
-
-
-def _legacy_memory_desc(state: ClusterState) -> Family:
-    desc = Family(fam.LEGACY_CONTAINER_MEMORY_DESC)
-    for node in state.nodes.values():
-        for u in node.usage.values():
-            context, module, buffer = u.context_bytes or 0, u.module_bytes or 0, u.buffer_bytes or 0
-            offset = u.used_bytes - context - module - buffer
-            desc.series.append((*u.series, str(context), str(module), str(buffer), str(offset)))
-            desc.values.append(u.used_bytes)
-    return desc
 
 
 def _path_families(state: ClusterState, scrape: Scrape) -> list[AnyFamily]:

@@ -153,6 +153,7 @@ class ContainerUsage:
 
 @dataclass(frozen=True, slots=True)
 class HostDevice:
+    node: str
     uuid: str
     index: int
     name: str
@@ -310,6 +311,7 @@ def _on_device_sample(state: ClusterState, ev: DeviceSample, now_ns: int) -> Clu
     node = _seen(state, ev.node, now_ns)
     host = dict(node.host)
     host[ev.device_uuid] = HostDevice(
+        node=ev.node,
         uuid=ev.device_uuid,
         index=ev.index,
         name=ev.name,

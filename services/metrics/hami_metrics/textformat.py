@@ -1,9 +1,15 @@
 """The Prometheus text exposition format (version 0.0.4), written directly from metric families.
 
-Rendering is the scrape's whole cost at a thousand nodes, so the label part of each series
-(``{node="…",device_uuid="…",zone="vGPU"}``) is escaped once and kept between scrapes: a
-:class:`TextRenderer` belongs to one app instance and forgets what it cached when the cache grows well
-beyond the series it last rendered. ``benchmarks/metrics_scrape.py`` compares this with prometheus_client.
+Rendering is the scrape's whole cost at a thousand nodes (hundreds of thousands of lines), so a
+:class:`TextRenderer` (one per app instance) keeps work between scrapes:
+
+* for a :class:`RowGroup`, the finished lines of each immutable record (a container's usage report, a pod's
+  placement, a GPU's host sample), reused while the record stays in the state: a scrape formats only the
+  records replaced since the last one, and slices the others' lines into their families;
+* for plain families, the escaped label part of each series (``{node="…",zone="vGPU"}``).
+
+What a scrape did not render is dropped from the caches at its end.
+``benchmarks/metrics_scrape.py`` compares this with prometheus_client's encoder.
 """
 
 from __future__ import annotations
@@ -12,7 +18,7 @@ import threading
 from collections.abc import Iterable
 from typing import Final
 
-from hami_metrics.exposition import AnyFamily, Family, HistogramFamily
+from hami_metrics.exposition import AnyFamily, Cell, Family, HistogramFamily, RowGroup
 from hami_metrics.families import FamilySpec
 
 __all__ = ["CONTENT_TYPE", "TextRenderer", "escape_help", "escape_label_value"]
@@ -45,6 +51,7 @@ def _label_text(names: tuple[str, ...], values: tuple[str, ...], const: tuple[tu
 
 
 _LabelKey = tuple[tuple[str, ...], tuple[tuple[str, str], ...]]  # label names, constant labels
+_RowCache = dict[int, tuple[object, tuple[str, ...]]]  # id(record) -> (record, its line per family)
 
 
 class TextRenderer:
@@ -52,24 +59,48 @@ class TextRenderer:
 
     def __init__(self) -> None:
         self._labels: dict[_LabelKey, dict[tuple[str, ...], str]] = {}
+        self._rows: dict[tuple[FamilySpec, ...], _RowCache] = {}
         self._lock = threading.Lock()
 
     def render(self, families: Iterable[AnyFamily]) -> bytes:
         with self._lock:
             out: list[str] = []
             texts: dict[tuple[int, _LabelKey], list[str]] = {}  # this scrape: a series list's label texts
+            rows: dict[tuple[FamilySpec, ...], _RowCache] = {}
             rendered = 0
             for family in families:
-                spec = family.spec
-                out.append(f"# HELP {spec.name} {escape_help(spec.help)}\n# TYPE {spec.name} {spec.kind}\n")
+                if isinstance(family, RowGroup):
+                    self._row_group(out, family, rows)
+                    continue
+                out.append(_header(family.spec))
                 if isinstance(family, Family):
                     rendered += self._samples(out, family, texts)
                 else:
                     rendered += _histograms(out, family)
+            self._rows = rows
             cached = sum(len(c) for c in self._labels.values())
             if cached > max(_CACHE_SLACK * rendered, _CACHE_FLOOR):
                 self._labels.clear()
             return "".join(out).encode()
+
+    def _row_group(
+        self, out: list[str], group: RowGroup[object], caches: dict[tuple[FamilySpec, ...], _RowCache]
+    ) -> None:
+        specs = group.specs
+        old = self._rows.get(specs, {})
+        new: _RowCache = {}
+        rows: list[tuple[str, ...]] = []
+        for record in group.records:
+            key = id(record)
+            hit = old.get(key)
+            if hit is None or hit[0] is not record:
+                hit = (record, _row_lines(specs, group.row(record)))
+            new[key] = hit  # holding the record keeps its id from being reused while it is cached
+            rows.append(hit[1])
+        caches[specs] = new
+        for i, spec in enumerate(specs):
+            out.append(_header(spec))
+            out.extend([lines[i] for lines in rows])  # "" where a record has no sample: adds nothing
 
     def _label_texts(self, spec: FamilySpec, series: list[tuple[str, ...]]) -> list[str]:
         key = (spec.labels, spec.const_labels)
@@ -95,6 +126,28 @@ class TextRenderer:
         # what Prometheus' parser reads back exactly.
         out.extend([f"{name}{labels} {value}\n" for labels, value in zip(texts, family.values, strict=True)])
         return len(texts)
+
+
+def _header(spec: FamilySpec) -> str:
+    return f"# HELP {spec.name} {escape_help(spec.help)}\n# TYPE {spec.name} {spec.kind}\n"
+
+
+def _row_lines(specs: tuple[FamilySpec, ...], cells: tuple[Cell, ...]) -> tuple[str, ...]:
+    """One record's line per family ("" where it has none); consecutive families with the same label
+    names and series share one escaped label text."""
+    lines = []
+    last: tuple[tuple[str, ...], tuple[tuple[str, str], ...], tuple[str, ...]] | None = None
+    text = ""
+    for spec, cell in zip(specs, cells, strict=True):
+        if cell is None:
+            lines.append("")
+            continue
+        values, value = cell
+        if last is None or last[0] is not spec.labels or last[1] is not spec.const_labels or last[2] is not values:
+            text = _label_text(spec.labels, values, spec.const_labels)
+            last = (spec.labels, spec.const_labels, values)
+        lines.append(f"{spec.name}{text} {value}\n")
+    return tuple(lines)
 
 
 def _histograms(out: list[str], family: HistogramFamily) -> int:
