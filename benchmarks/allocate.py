@@ -2,9 +2,10 @@
 
 Everything runs over the real protocols and, as on a node, in separate processes: the plugin (this process)
 on a unix socket, the kubelet's Allocate calls from a child process, the Kubernetes API emulator over HTTP.
-Each round binds one pod the way the extender leaves it
-(annotations, bind-phase allocating); for the staged path its answer is also written to the staging store.
-Only the ``Allocate`` call is timed; the follow-up writes (erasure, bind-phase, lock) are awaited between
+Each round binds one pod the way the extender leaves it (annotations, bind-phase allocating); for the staged
+path its answer is also written to the staging store.
+The kubelet side calls GetPreferredAllocation before Allocate, as the kubelet does when the plugin offers
+it; only the ``Allocate`` call is timed; the follow-up writes (erasure, bind-phase, lock) are awaited between
 rounds, outside the timing, and the pod is then deleted so every round sees the same node.
 
     python benchmarks/allocate.py [--quick] [--rounds N]
@@ -165,11 +166,20 @@ class _KubeletSide:
 
 
 async def _client(socket: str) -> None:
+    """The child: per device ID read, what the kubelet does for a one-GPU container: GetPreferredAllocation,
+    then Allocate (timed)."""
     loop = asyncio.get_running_loop()
     async with grpc.aio.insecure_channel(unix_target(socket)) as channel:
         plugin = DevicePluginClient(channel)
         while line := await loop.run_in_executor(None, sys.stdin.readline):
-            request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[line.strip()])])
+            device = line.strip()
+            preferred = pb.PreferredAllocationRequest(
+                container_requests=[
+                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=[device], allocation_size=1)
+                ]
+            )
+            await plugin.preferred(preferred, deadline=30.0)
+            request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[device])])
             started = time.perf_counter()
             try:
                 answer = await plugin.allocate(request, deadline=30.0)
@@ -177,7 +187,8 @@ async def _client(socket: str) -> None:
                 print(f"error {err.code().name}", flush=True)
                 continue
             elapsed_ms = (time.perf_counter() - started) * 1000
-            print(f"{elapsed_ms:.4f} {answer.container_responses[0].envs['NVIDIA_VISIBLE_DEVICES']}", flush=True)
+            visible = answer.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+            print(f"{elapsed_ms:.4f} {visible}", flush=True)
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -303,6 +314,7 @@ def main() -> int:
         f"  inside the plugin (request in to answer out): staged {result['plugin_staged_p50_ms']:.3f}, "
         f"fallback {result['plugin_fallback_p50_ms']:.3f} at p50 ({inside:.1f}x)"
     )
+
     print(json.dumps({**result, "speedup_p50": round(speedup, 1)}))
     return 0
 
