@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from typing import Final
 
 import msgspec
@@ -10,7 +9,8 @@ import pytest
 import yaml
 
 from hami_common import resources
-from tests.deploy.manifests import DEPLOY, NAMESPACE, Rendering, env_of
+from tests.deploy.manifests import NAMESPACE, Rendering, env_of
+from tests.deploy.natsconf import nats_config_users
 
 # --- kube-scheduler: kubescheduler.config.k8s.io/v1, the fields of k8s-interfaces §2.3 -------------------
 
@@ -199,15 +199,6 @@ def test_bus_only_components_get_no_api_token(overlay: Rendering, workload: str)
 
 
 # --- NATS users: one per service, every password from the Secret ----------------------------------------
-
-NATS_CONF: Final = DEPLOY / "kustomize" / "base" / "nats" / "nats.conf"
-
-
-def nats_config_users() -> dict[str, str]:
-    """user -> the variable its password comes from, as nats.conf declares them."""
-    text = NATS_CONF.read_text()
-    pairs = re.findall(r"user:\s*(\w+)\s*\n\s*password:\s*\$(\w+)", text)
-    return dict(pairs)
 
 
 def test_every_service_connects_to_nats_as_its_own_user(overlay: Rendering) -> None:

@@ -5,11 +5,7 @@ each may publish only what ARCHITECTURE §4 gives it (only the extender placemen
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 import secrets
-import subprocess
-import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Final
@@ -21,11 +17,11 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from hami_common import subjects
-from hami_common.bus import Bus, Delivery, find_nats_server, placement_consumer, placement_stream
+from hami_common.bus import Bus, Delivery, placement_consumer, placement_stream
 from hami_common.events import ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_common.settings import BusSettings
 from tests.deploy.manifests import Rendering
-from tests.deploy.test_components import NATS_CONF, nats_config_users
+from tests.deploy.natsconf import nats_config_users, running_nats
 
 NODE: Final = "gpu-node-1"
 WAIT_S: Final = 30.0  # generous: the machine may be busy; nothing waits this long when all is well
@@ -47,35 +43,10 @@ def passwords() -> dict[str, str]:
 @pytest.fixture
 def deployed_nats(tmp_path: Path, passwords: dict[str, str], renderings: dict[str, Rendering]) -> Iterator[str]:
     """nats-server started as the StatefulSet starts it, with the passwords in its environment."""
-    statefulset_args = renderings["base"].container("hami-nats", "nats").container["args"]
-    assert "--jetstream" in statefulset_args
-    assert any(arg.startswith("--config=") for arg in statefulset_args)
-    env = {**os.environ, **{variable: passwords[user] for user, variable in nats_config_users().items()}}
-    ports_dir = tmp_path / "ports"
-    ports_dir.mkdir()
-    args = [find_nats_server(), "--config", str(NATS_CONF), "--addr", "127.0.0.1", "--port", "-1"]
-    args += ["--jetstream", "--store_dir", str(tmp_path / "js"), "--ports_file_dir", str(ports_dir)]
-    with (tmp_path / "nats.log").open("wb") as log:
-        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        yield _await_url(proc, ports_dir, tmp_path / "nats.log")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
-def _await_url(proc: subprocess.Popen[bytes], ports_dir: Path, log: Path) -> str:
-    deadline = time.monotonic() + WAIT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"nats-server rejected the deployed config:\n{log.read_text()}")
-        for ports_file in ports_dir.glob("*.ports"):
-            try:
-                return str(json.loads(ports_file.read_text())["nats"][0])
-            except (ValueError, KeyError):
-                continue  # written but not complete yet
-        time.sleep(0.01)  # a child process offers no event to await
-    raise AssertionError("nats-server did not report its port")
+    args = renderings["base"].container("hami-nats", "nats").container["args"]
+    assert "--jetstream" in args
+    with running_nats(tmp_path, passwords, args) as url:
+        yield url
 
 
 class Connection:

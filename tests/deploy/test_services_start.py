@@ -1,0 +1,291 @@
+"""The control-plane services started exactly as the dev overlay configures them: the environment and
+Secret volumes a kubelet would give each container, the deployed NATS configuration with the generated
+passwords, a Kubernetes API (the emulator) in place of the cluster's. What the apiserver, kube-scheduler
+and Prometheus would do next is done here: verify the certificate by the name they dial, and call."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sysconfig
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import httpx
+import msgspec
+import nats
+import pytest
+from nats.aio.msg import Msg
+
+from hami_common import subjects
+from hami_common.events import AdmissionEvent
+from hami_common.resources import GPU, GPU_MEMORY
+from hami_sim.kubeapi import KubeApiEmulator
+from hami_sim.waiting import eventually
+from tests.deploy.manifests import NAMESPACE, ContainerRef, Rendering
+from tests.deploy.natsconf import running_nats
+
+Obj = dict[str, Any]
+START_S: Final = 60.0  # a cold interpreter on a busy machine; nothing waits this long when all is well
+POD_NAME: Final = "hami-pod-0"
+NODE_NAME: Final = "gpu-node-1"
+WEBHOOK_DNS: Final = f"hami-webhook.{NAMESPACE}.svc"
+GPU_LIMITS: Final = {GPU: "1", GPU_MEMORY: "3000"}
+
+
+Starter = Callable[..., tuple["Service", "Environment"]]
+
+
+@dataclass(frozen=True, slots=True)
+class Environment:
+    """What the kubelet would give one container: its variables, and where its Secret volumes are."""
+
+    env: dict[str, str]
+    mounts: dict[str, Path]
+
+
+def kubelet_view(rendering: Rendering, ref: ContainerRef, workdir: Path) -> Environment:
+    """Resolve the container's env (values, secretKeyRefs, fieldRefs) and write its Secret volumes."""
+    secrets = {s["metadata"]["name"]: s.get("data", {}) for s in rendering.of_kind("Secret")}
+    volumes = {v["name"]: v for v in ref.pod_spec.get("volumes") or []}
+    mounts: dict[str, Path] = {}
+    for mount in ref.container.get("volumeMounts") or []:
+        volume = volumes[mount["name"]]
+        if "secret" in volume:
+            target = workdir / mount["name"]
+            target.mkdir(parents=True, exist_ok=True)
+            for key, value in secrets[volume["secret"]["secretName"]].items():
+                (target / key).write_bytes(base64.b64decode(value))
+                (target / key).chmod(0o600)
+            mounts[mount["mountPath"]] = target
+    fields = {"metadata.name": POD_NAME, "metadata.namespace": NAMESPACE, "spec.nodeName": NODE_NAME}
+    env: dict[str, str] = {}
+    for entry in ref.container.get("env") or []:
+        if "value" in entry:
+            value = str(entry["value"])
+            for path, local in mounts.items():
+                if value.startswith(path + "/"):
+                    value = str(local) + value.removeprefix(path)
+            env[entry["name"]] = value
+        elif "secretKeyRef" in entry["valueFrom"]:
+            ref_ = entry["valueFrom"]["secretKeyRef"]
+            env[entry["name"]] = base64.b64decode(secrets[ref_["name"]][ref_["key"]]).decode()
+        else:
+            env[entry["name"]] = fields[entry["valueFrom"]["fieldRef"]["fieldPath"]]
+    return Environment(env, mounts)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Service:
+    """One service process, started from its console script with the resolved environment."""
+
+    def __init__(self, command: str, env: dict[str, str], log: Path) -> None:
+        script = Path(sysconfig.get_path("scripts")) / command
+        self.log = log
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(
+                [str(script)], env={**os.environ, **env}, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
+            )
+
+    def alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"exited with {self.proc.returncode}:\n{self.log.read_text()[-4000:]}")
+
+    def stop(self) -> int:
+        """SIGTERM, as the kubelet sends it; the exit status."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError(f"did not stop on SIGTERM:\n{self.log.read_text()[-4000:]}") from None
+
+
+@pytest.fixture
+def emulator() -> Iterator[KubeApiEmulator]:
+    with KubeApiEmulator() as api:
+        yield api
+
+
+@pytest.fixture
+def dev_passwords(dev: Rendering) -> dict[str, str]:
+    secret = dev.get("Secret", "hami-nats-auth")
+    return {user: base64.b64decode(value).decode() for user, value in secret["data"].items()}
+
+
+@pytest.fixture
+def nats_url(tmp_path: Path, dev: Rendering, dev_passwords: dict[str, str]) -> Iterator[str]:
+    with running_nats(tmp_path / "nats", dev_passwords, dev.container("hami-nats", "nats").container["args"]) as url:
+        yield url
+
+
+@pytest.fixture
+def start(tmp_path: Path, dev: Rendering, emulator: KubeApiEmulator, nats_url: str, kubectl: str) -> Iterator[Starter]:
+    """start(workload, container, **overrides) -> (Service, Environment), stopped after the test.
+
+    The overlay's Namespace is created first, with kubectl, as ``kubectl apply -k`` would."""
+    kubeconfig = emulator.write_kubeconfig(tmp_path / "kubeconfig")
+    namespace = tmp_path / "namespace.json"
+    namespace.write_text(json.dumps(dev.get("Namespace", NAMESPACE)))
+    created = subprocess.run(
+        [kubectl, "--kubeconfig", str(kubeconfig), "create", "-f", str(namespace)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert created.returncode == 0, created.stderr
+    started: list[Service] = []
+
+    def _start(workload: str, container: str, **overrides: str) -> tuple[Service, Environment]:
+        ref = dev.container(workload, container)
+        view = kubelet_view(dev, ref, tmp_path / container)
+        env = {**view.env, "HAMI_NATS_URL": nats_url, "HAMI_KUBECONFIG": str(kubeconfig), **overrides}
+        service = Service(ref.container["command"][0], env, tmp_path / f"{container}.log")
+        started.append(service)
+        return service, Environment(env, view.mounts)
+
+    yield _start
+    for service in started:
+        assert service.stop() == 0, service.log.read_text()[-4000:]
+
+
+async def get_when_up(client: httpx.AsyncClient, service: Service, url: str, **kwargs: Any) -> httpx.Response:
+    """GET ``url`` once the service answers it with 200 (the process is polled: no event to await)."""
+
+    async def answered() -> httpx.Response | None:
+        service.alive()
+        try:
+            response = await client.get(url, **kwargs)
+        except httpx.TransportError:
+            return None
+        return response if response.status_code == 200 else None
+
+    return await eventually(answered, timeout=START_S, what=url)
+
+
+async def listen(url: str, user: str, password: str, subject: str) -> tuple[Any, list[Msg], Any]:
+    received: list[Msg] = []
+    arrived = asyncio.Event()
+
+    async def on_msg(msg: Msg) -> None:
+        received.append(msg)
+        arrived.set()
+
+    nc = await nats.connect(url, user=user, password=password)
+    await nc.subscribe(subject, cb=on_msg)
+    await nc.flush()
+    return nc, received, arrived
+
+
+def admission_review(namespace: str) -> Obj:
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "gpu-pod", "namespace": namespace, "uid": "0b9c1d7e-1111-4222-8333-444455556666"},
+        "spec": {
+            "containers": [{"name": "main", "image": "cuda", "resources": {"limits": {GPU: "1", GPU_MEMORY: "3000"}}}]
+        },
+    }
+    return {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "5f1c2a9e-0000-4000-8000-000000000001",
+            "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "alice"},
+            "object": pod,
+        },
+    }
+
+
+async def test_webhook_serves_the_apiserver_as_registered(
+    start: Starter, dev: Rendering, dev_passwords: dict[str, str], nats_url: str
+) -> None:
+    port = free_port()
+    service, _ = start("hami-webhook", "webhook", HAMI_HOST="127.0.0.1", HAMI_PORT=str(port))
+    (hook,) = dev.get("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
+    apiserver_trust = ssl.create_default_context(cadata=base64.b64decode(hook["clientConfig"]["caBundle"]).decode())
+    service_name = {"sni_hostname": WEBHOOK_DNS}  # the apiserver dials <service>.<namespace>.svc
+    nc, received, arrived = await listen(
+        nats_url, "metrics", dev_passwords["metrics"], subjects.wildcard(subjects.ADMISSION)
+    )
+    try:
+        async with httpx.AsyncClient(verify=apiserver_trust, timeout=10) as client:
+            base = f"https://127.0.0.1:{port}"
+            await get_when_up(client, service, f"{base}/readyz", extensions=service_name)
+            response = await client.post(
+                f"{base}{hook['clientConfig']['service']['path']}?timeout=10s",
+                json=admission_review("team-a"),
+                extensions=service_name,
+            )
+        assert response.status_code == 200
+        answer = response.json()["response"]
+        assert answer["allowed"] is True
+        patch = json.loads(base64.b64decode(answer["patch"]))
+        assert any(op["path"] == "/spec/schedulerName" and op["value"] == "hami-scheduler" for op in patch)
+        async with asyncio.timeout(START_S):
+            await arrived.wait()
+        event = msgspec.msgpack.decode(received[0].data, type=AdmissionEvent)
+        assert (event.namespace, event.allowed) == ("team-a", True)
+        assert received[0].subject == subjects.admission("team-a")
+    finally:
+        await nc.close()
+
+
+async def test_extender_serves_kube_scheduler_over_verified_https(start: Starter, dev: Rendering) -> None:
+    port = free_port()
+    service, environment = start("hami-scheduler", "extender", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))
+    config = msgspec.yaml.decode(dev.get("ConfigMap", "hami-kube-scheduler")["data"]["config.yaml"])
+    (extender,) = config["extenders"]
+    ca_path = extender["tlsConfig"]["caFile"]
+    mount = next(path for path in environment.mounts if ca_path.startswith(path + "/"))
+    kube_scheduler_trust = ssl.create_default_context(
+        cafile=str(environment.mounts[mount]) + ca_path.removeprefix(mount)
+    )
+    url = extender["urlPrefix"].rsplit(":", 1)[0] + f":{port}"  # the same host, the test's port
+    async with httpx.AsyncClient(verify=kube_scheduler_trust, timeout=10) as client:
+        await get_when_up(client, service, f"{url}/healthz")
+
+        async def leading() -> Obj | None:
+            ready: Obj = (await client.get(f"{url}/readyz")).json()
+            return ready if ready.get("leader") else None
+
+        ready = await eventually(leading, timeout=START_S, what="the extender to take its Lease")
+        assert ready["identity"] == POD_NAME
+
+
+async def test_metrics_serves_prometheus_and_reaches_nats_as_its_user(start: Starter) -> None:
+    port = free_port()
+    service, _ = start("hami-metrics", "metrics", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))
+    async with httpx.AsyncClient(timeout=10) as client:
+        base = f"http://127.0.0.1:{port}"
+
+        async def connected() -> Obj | None:
+            health = await get_when_up(client, service, f"{base}/healthz")
+            body: Obj = health.json()
+            return body if body["nats"] == "connected" else None
+
+        await eventually(connected, timeout=START_S, what="metrics connected to NATS")
+        scrape = await client.get(f"{base}/metrics")
+    assert scrape.status_code == 200
+    assert "hami_build_info" in scrape.text
