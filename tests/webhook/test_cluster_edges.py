@@ -147,3 +147,27 @@ async def test_a_rotated_certificate_is_served_without_a_restart(tmp_path: Path)
             answer = await fresh.post(webhook.url + "/webhook", json=review(pod()))
     assert answer.status_code == 200
     assert answer.json()["response"]["allowed"] is True
+
+
+def test_without_the_apiserver_admission_answers_but_readiness_says_no(tmp_path: Path, tls_files: TlsFiles) -> None:
+    with socket.socket() as unused:
+        unused.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "gone", "cluster": {"server": nowhere}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "c", "context": {"cluster": "gone", "user": "u"}}],
+                "current-context": "c",
+            }
+        )
+    )
+    with served(cluster_settings(tls_files, kubeconfig), tls_files.cert) as webhook:
+        assert webhook.client.get(webhook.url + "/readyz").status_code == 503
+        assert webhook.client.get(webhook.url + "/healthz").status_code == 200
+        original = pod(container(limits={GPU: "1"}))
+        assert patched(original, webhook.admit(review(original)))["spec"]["schedulerName"] == "hami-scheduler"
