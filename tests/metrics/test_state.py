@@ -7,7 +7,9 @@ import pytest
 from hami_common.events import AdmissionEvent, AllocationResult
 from hami_metrics.messages import DeviceSample, PodEnded
 from hami_metrics.nodemap import NodeMap
-from hami_metrics.state import NS_PER_S, ClusterState, PodDevice, Retention, apply, collapse, expire
+from hami_metrics.podusage import PodDevice, collapse
+from hami_metrics.staleness import Retention, expire
+from hami_metrics.state import NS_PER_S, ClusterState, apply
 
 from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, placement, usage
 

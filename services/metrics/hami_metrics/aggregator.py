@@ -25,7 +25,8 @@ from hami_common.bus import Bus, Delivery, Handler, Subscription
 from hami_common.errors import InvalidInput
 from hami_common.events import AdmissionEvent, AllocationResult, NodeInventory, PlacementDecision
 from hami_metrics.messages import UsageMessage
-from hami_metrics.state import ClusterState, Event, Retention, apply, expire
+from hami_metrics.staleness import Retention, expire
+from hami_metrics.state import ClusterState, Event, apply
 
 __all__ = ["Aggregator", "Clock", "Shard", "SystemClock"]
 

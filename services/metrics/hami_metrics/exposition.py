@@ -15,7 +15,8 @@ from typing import Any, Final, Generic, TypeAlias, TypeVar
 from hami_metrics import families as fam
 from hami_metrics.families import FamilySpec
 from hami_metrics.histogram import Histogram
-from hami_metrics.state import NS_PER_S, ClusterState, ContainerUsage, HostDevice, NodeState, PodDevice
+from hami_metrics.podusage import PodDevice
+from hami_metrics.state import NS_PER_S, ClusterState, ContainerUsage, HostDevice, NodeState
 
 __all__ = ["AnyFamily", "BuildInfo", "Cell", "Family", "HistogramFamily", "RowGroup", "Scrape", "collect"]
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 from hami_common.errors import InvalidInput
 from hami_common.settings import BusSettings, setting
-from hami_metrics.state import NS_PER_S, Retention
+from hami_metrics.staleness import Retention
+from hami_metrics.state import NS_PER_S
 
 __all__ = ["MetricsSettings"]
 

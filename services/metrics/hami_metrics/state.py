@@ -1,6 +1,6 @@
 """The aggregator's picture of the cluster, folded from bus events by pure functions.
 
-``apply(state, event, now_ns)`` returns a new :class:`ClusterState`; ``expire(state, now_ns, retention)``
+``apply(state, event, now_ns)`` returns a new :class:`ClusterState`; ``hami_metrics.staleness.expire``
 drops what has gone quiet. Nothing here reads a clock, the environment or the network: ``now_ns`` is the
 aggregator's receipt time, passed in. Values are frozen and their mappings are never changed after they
 are built (copy on write, one level per touched node), so a scrape can render one state in a worker
@@ -23,7 +23,7 @@ bring it back.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
@@ -31,7 +31,6 @@ from hami_common.annotations import DeviceInfo
 from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
-    ContainerPlacement,
     NodeInventory,
     PlacementDecision,
     UsageSample,
@@ -39,6 +38,7 @@ from hami_common.events import (
 from hami_metrics.histogram import Histogram
 from hami_metrics.messages import DeviceSample, PodEnded, UsageReport
 from hami_metrics.nodemap import NodeMap
+from hami_metrics.podusage import PodDevice, collapse
 
 __all__ = [
     "NS_PER_S",
@@ -49,13 +49,9 @@ __all__ = [
     "HostDevice",
     "NodeState",
     "PathStats",
-    "PodDevice",
     "PodOnNode",
-    "Retention",
     "UsageKey",
     "apply",
-    "collapse",
-    "expire",
 ]
 
 NS_PER_S: Final = 1_000_000_000
@@ -107,17 +103,6 @@ class Device:
             devcore=info.devcore,
             health=info.health,
         )
-
-
-@dataclass(frozen=True, slots=True)
-class PodDevice:
-    """A pod's collapsed usage of one GPU: what HAMi's scheduler cache counts against the device."""
-
-    uuid: str
-    usedmem_mib: int
-    usedcores: int
-    slots: int
-    series: tuple[str, ...] = ()  # namespace, node, pod, container index, uuid: built once per placement
 
 
 @dataclass(frozen=True, slots=True)
@@ -193,13 +178,6 @@ class ClusterState:
     path: PathStats = field(default_factory=PathStats)
     nodes_expired: int = 0
     applied: int = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Retention:
-    node_staleness_ns: int
-    usage_staleness_ns: int
-    admission_horizon_ns: int
 
 
 _EMPTY_HISTOGRAM: Final = Histogram()
@@ -394,81 +372,3 @@ def _on_admission(state: ClusterState, ev: AdmissionEvent, now_ns: int) -> Clust
         pending[ev.pod_uid] = (ev.at_ns, now_ns)
         path = replace(path, pending_admissions=pending)
     return _next(state, path)
-
-
-def collapse(containers: Iterable[ContainerPlacement]) -> tuple[PodDevice, ...]:
-    """One entry per GPU, as HAMi's scheduler cache counts a pod (hami-protocol §4.9).
-
-    Init containers run one after another, so their peak counts (slots 1); app containers run together,
-    so they add up (one slot each); the device is charged the larger of the two, field by field.
-    """
-    init: dict[str, tuple[int, int]] = {}
-    app: dict[str, tuple[int, int, int]] = {}
-    for ctr in containers:
-        for dev in ctr.devices:
-            if ctr.init:
-                mem, cores = init.get(dev.uuid, (0, 0))
-                init[dev.uuid] = (max(mem, dev.usedmem_mib), max(cores, dev.usedcores))
-            else:
-                mem, cores, slots = app.get(dev.uuid, (0, 0, 0))
-                app[dev.uuid] = (mem + dev.usedmem_mib, cores + dev.usedcores, slots + 1)
-    out = []
-    for uuid in sorted(init.keys() | app.keys()):
-        init_mem, init_cores = init.get(uuid, (0, 0))
-        app_mem, app_cores, app_slots = app.get(uuid, (0, 0, 0))
-        init_slots = 1 if uuid in init else 0
-        out.append(
-            PodDevice(
-                uuid=uuid,
-                usedmem_mib=max(init_mem, app_mem),
-                usedcores=max(init_cores, app_cores),
-                slots=max(init_slots, app_slots, 1),
-            )
-        )
-    return tuple(out)
-
-
-# --- forgetting ---------------------------------------------------------------------------------------
-
-
-def expire(state: ClusterState, now_ns: int, retention: Retention) -> ClusterState:
-    """Drop silent nodes, silent containers, old pod tombstones and admissions never bound.
-
-    Returns ``state`` itself when nothing is old enough, so callers can tell "unchanged" by identity.
-    """
-    node_cutoff = now_ns - retention.node_staleness_ns
-    usage_cutoff = now_ns - retention.usage_staleness_ns
-    nodes: list[tuple[str, NodeState]] = []
-    changed = False
-    expired = 0
-    for name, node in state.nodes.items():
-        if node.last_seen_ns < node_cutoff:
-            expired += 1
-            changed = True
-            continue
-        trimmed = _trim_node(node, usage_cutoff, node_cutoff)
-        changed = changed or trimmed is not node
-        nodes.append((name, trimmed))
-    path = state.path
-    admission_cutoff = now_ns - retention.admission_horizon_ns
-    if any(seen < admission_cutoff for _, seen in path.pending_admissions.values()):
-        kept = {uid: v for uid, v in path.pending_admissions.items() if v[1] >= admission_cutoff}
-        path = replace(path, pending_admissions=kept)
-        changed = True
-    if not changed:
-        return state
-    return replace(state, nodes=NodeMap(nodes), path=path, nodes_expired=state.nodes_expired + expired)
-
-
-def _trim_node(node: NodeState, usage_cutoff: int, tombstone_cutoff: int) -> NodeState:
-    stale_usage = any(u.seen_ns < usage_cutoff for u in node.usage.values())
-    stale_host = any(h.seen_ns < usage_cutoff for h in node.host.values())
-    old_ended = any(at < tombstone_cutoff for at in node.ended.values())
-    if not (stale_usage or stale_host or old_ended):
-        return node
-    return replace(
-        node,
-        usage={k: u for k, u in node.usage.items() if u.seen_ns >= usage_cutoff} if stale_usage else node.usage,
-        host={k: h for k, h in node.host.items() if h.seen_ns >= usage_cutoff} if stale_host else node.host,
-        ended={uid: at for uid, at in node.ended.items() if at >= tombstone_cutoff} if old_ended else node.ended,
-    )
