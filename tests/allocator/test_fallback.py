@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from hami_allocator.inventory import DeclaredInventory
+from hami_allocator.service import serve
+from hami_allocator.settings import AllocatorSettings
 from hami_common import envvars
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.annotations import (
@@ -21,6 +23,7 @@ from hami_common.annotations import (
 from hami_common.kube import KubeClient
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
+from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.kubelet import KubeletEmulator
 from hami_sim.waiting import eventually
 from tests.allocator.conftest import GPUS, NODE, SPLIT, bound_pod_body, grant_of, node_body, running_allocator, stage
@@ -152,3 +155,38 @@ async def test_pod_with_a_malformed_device_list_is_refused_and_marked_failed(
     assert "memory 'lots'" in admission.containers[0].error
     assert (await kube.get_pod("default", "broken")).metadata.annotations[BIND_PHASE] == BIND_PHASE_FAILED
     assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+
+
+async def test_the_service_allocates_by_fallback_while_nats_is_unreachable(
+    sockdir: Path, tmp_path: Path, emulator: KubeApiEmulator, kube: KubeClient, core: Any
+) -> None:
+    await create(core, node_body(lock_holder=("default", "solo")))
+    uid = await create(core, bound_pod_body("solo", {"main": [dev(GPUS[1], 4000, 40)]}, bind_time=10))
+    settings = AllocatorSettings(
+        node_name=NODE,
+        plugin_dir=str(sockdir),
+        gpus=GPUS,
+        device_split_count=SPLIT,
+        socket_name="vgpu.sock",
+        staging_dir=str(tmp_path / "staging"),
+        hook_path=str(tmp_path / "hook"),
+        watch_interval=0.02,
+        kubeconfig=str(emulator.write_kubeconfig(tmp_path / "kubeconfig-svc")),
+        nats_url="nats://127.0.0.1:1",
+    )
+    stop = asyncio.Event()
+    async with KubeletEmulator(sockdir, node=NODE) as kubelet:
+        body = asyncio.create_task(serve(settings, stop))
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        watcher = asyncio.create_task(kubelet.run_pods(kube))
+        admission = await kubelet.wait_admitted(uid)
+
+        async def lock_released() -> bool:
+            return NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+
+        await eventually(lock_released, what="the node lock is released")  # the service's follow-up is internal
+        watcher.cancel()
+        stop.set()
+        await body
+    assert admission.container("main").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
+    assert (await kube.get_pod("default", "solo")).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
