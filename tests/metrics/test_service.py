@@ -282,7 +282,13 @@ async def test_a_shard_keeps_only_its_own_nodes(settings: MetricsSettings, bus: 
         admitted = AdmissionEvent(pod_uid="u", namespace="team-a", name="p", allowed=True, at_ns=START_NS)
         await running.bus.publish(subjects.admission("team-a"), admitted)
         await running.publish(subjects.inventory(mine), inventory(mine))  # ordered after the two skipped ones
+        # Usage of the other shard's node is not even delivered: this shard subscribed to its own nodes only.
+        await running.bus.publish(subjects.usage(theirs), usage("u1", node=theirs))
+        await running.publish(subjects.usage(mine), usage("u2", node=mine))
         samples = await running.scrape()
     assert {dict(lb)["node"] for lb in series(samples, "hami_gpu_memory_limit_bytes")} == {mine}
+    assert {dict(lb)["pod"] for lb in series(samples, "hami_vgpu_memory_used_bytes")} == {"pod-u2"}
     assert series(samples, "hami_scheduling_admissions_total") == {}
     assert series(samples, "hami_aggregator_shard_info") == {labels(index="1", count="2"): 1}
+    received = series(samples, "hami_bus_messages_total")[labels(outcome="received")]
+    assert received == 4  # two inventories, the admission, the usage of its own node

@@ -5,7 +5,8 @@ another shard, then :func:`hami_metrics.state.apply`. Decoding, malformed messag
 edge (``hami_common.bus``); an event on the wrong subject raises ``InvalidInput`` and is counted there.
 
 Sharding: with ``shard_count`` N > 1, instance ``i`` keeps only the nodes whose name hashes (CRC-32) to
-``i`` modulo N, so N aggregators split one cluster and each exposes a bounded share of the series.
+``i`` modulo N, so N aggregators split one cluster and each exposes a bounded share of the series; it
+subscribes to the busy per-node subjects of those nodes only (see :meth:`Aggregator.subscribe`).
 Admission events are cluster-wide and only shard 0 counts them.
 """
 
@@ -60,6 +61,11 @@ class Aggregator:
         self.shard = shard or Shard()
         self._state = ClusterState()
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
+        self._bus: Bus | None = None
+        self._node_subscriptions: dict[str, list[Subscription]] = {}
+        self._placement_adapter = self._node_adapter(subjects.placement)
+        self._allocation_adapter = self._node_adapter(subjects.allocated)
+        self._usage_adapter = self._node_adapter(subjects.usage)
 
     @property
     def state(self) -> ClusterState:
@@ -102,27 +108,71 @@ class Aggregator:
 
     def _node_adapter(self, subject_of: Callable[[str], str]) -> Callable[[NodeEvent, Delivery], Awaitable[None]]:
         async def on_node_event(event: NodeEvent, delivery: Delivery) -> None:
-            if delivery.subject != subject_of(event.node):  # raises InvalidInput for a malformed node name
-                raise InvalidInput(f"event of node {event.node!r} arrived on {delivery.subject}")
+            _check_subject(event.node, delivery, subject_of)
             if self.shard.owns(event.node):
                 self.fold(event)
 
         return on_node_event
 
-    async def subscribe(self, bus: Bus) -> list[Subscription]:
-        """Subscribe to every subject the aggregator reads (core NATS: the present, not the past)."""
+    async def on_inventory(self, event: NodeInventory, delivery: Delivery) -> None:
+        """An inventory names a node: a shard subscribes to the busy subjects of the nodes it owns (before
+        folding, so whoever waits for the inventory to be folded may publish on them at once)."""
+        _check_subject(event.node, delivery, subjects.inventory)
+        if not self.shard.owns(event.node):
+            return
+        if self.shard.count > 1 and self._bus is not None and event.node not in self._node_subscriptions:
+            self._node_subscriptions[event.node] = await self._subscribe_node(self._bus, event.node)
+        self.fold(event)
+
+    def _subjects(self, node: str | None) -> list[tuple[str, type[msgspec.Struct], Handler[msgspec.Struct]]]:
+        """(subject, message type, handler) of placements, allocations and usage: one node's, or every node's."""
+
+        def subject(prefix: str, of_node: Callable[[str], str]) -> str:
+            return subjects.wildcard(prefix) if node is None else of_node(node)
+
         usage_type = cast("type[msgspec.Struct]", UsageMessage)  # a tagged union decodes like one type
-        usage_handler = cast("Handler[msgspec.Struct]", self._node_adapter(subjects.usage))
         return [
-            await bus.subscribe(subjects.wildcard(subjects.ADMISSION), AdmissionEvent, self.on_admission),
-            await bus.subscribe(
-                subjects.wildcard(subjects.PLACEMENT), PlacementDecision, self._node_adapter(subjects.placement)
-            ),
-            await bus.subscribe(
-                subjects.wildcard(subjects.ALLOCATED), AllocationResult, self._node_adapter(subjects.allocated)
-            ),
-            await bus.subscribe(
-                subjects.wildcard(subjects.INVENTORY), NodeInventory, self._node_adapter(subjects.inventory)
-            ),
-            await bus.subscribe(subjects.wildcard(subjects.USAGE), usage_type, usage_handler),
+            (subject(subjects.PLACEMENT, subjects.placement), PlacementDecision, _any(self._placement_adapter)),
+            (subject(subjects.ALLOCATED, subjects.allocated), AllocationResult, _any(self._allocation_adapter)),
+            (subject(subjects.USAGE, subjects.usage), usage_type, _any(self._usage_adapter)),
         ]
+
+    async def _subscribe_node(self, bus: Bus, node: str) -> list[Subscription]:
+        return [await bus.subscribe(subject, kind, handler) for subject, kind, handler in self._subjects(node)]
+
+    async def subscribe(self, bus: Bus) -> list[Subscription]:
+        """Subscribe to what the aggregator reads (core NATS: the present, not the past).
+
+        One instance (``shard_count`` 1) takes every node's subjects by wildcard. A shard takes admissions
+        and inventories by wildcard (a message per node every half minute) and, from a node's first
+        inventory on, only the placement, allocation and usage subjects of the nodes it owns: the server
+        does the filtering, so adding shards divides the usage traffic each one decodes.
+        """
+        self._bus = bus
+        subscriptions = [
+            await bus.subscribe(subjects.wildcard(subjects.ADMISSION), AdmissionEvent, self.on_admission),
+            await bus.subscribe(subjects.wildcard(subjects.INVENTORY), NodeInventory, self.on_inventory),
+        ]
+        if self.shard.count == 1:
+            for subject, kind, handler in self._subjects(None):
+                subscriptions.append(await bus.subscribe(subject, kind, handler))
+        return subscriptions
+
+    async def close(self) -> None:
+        """Stop the per-node subscriptions of a shard (the wildcard ones belong to the caller)."""
+        self._bus = None
+        for subscriptions in self._node_subscriptions.values():
+            for subscription in subscriptions:
+                await subscription.stop()
+        self._node_subscriptions.clear()
+
+
+def _any(handler: Callable[[NodeEvent, Delivery], Awaitable[None]]) -> Handler[msgspec.Struct]:
+    """The handler as the bus sees it: the bus decodes each subject to the type it was subscribed with."""
+    return cast("Handler[msgspec.Struct]", handler)
+
+
+def _check_subject(node: str, delivery: Delivery, subject_of: Callable[[str], str]) -> None:
+    """A node's events must come on that node's subject (NATS permissions bind subjects to publishers)."""
+    if delivery.subject != subject_of(node):  # subject_of raises InvalidInput for a malformed node name
+        raise InvalidInput(f"event of node {node!r} arrived on {delivery.subject}")

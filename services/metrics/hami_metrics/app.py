@@ -55,6 +55,7 @@ def create_app(
             connected: Bus = bus if bus is not None else await stack.enter_async_context(await Bus.connect(s))
             for subscription in await agg.subscribe(connected):
                 stack.push_async_callback(subscription.stop)
+            stack.push_async_callback(agg.close)
             yield {
                 "settings": s,
                 "aggregator": agg,
