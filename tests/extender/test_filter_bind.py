@@ -30,7 +30,9 @@ async def test_filter_returns_one_node_and_writes_hamis_annotations(
     add_node(emulator, "node2")
     await synced(extender, "node1", "node2")
     pod = add_pod(emulator, "p1")
-    result = await extender.filter(pod, ["node1", "node2"])
+    response = await extender.client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": ["node1", "node2"]})
+    assert response.headers["server-timing"].startswith("filter;dur=")
+    result = response.json()
     assert result["Error"] == ""
     assert len(result["NodeNames"]) == 1
     node = result["NodeNames"][0]

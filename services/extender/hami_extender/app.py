@@ -8,6 +8,7 @@ extender serves without NATS). Every task belongs to one TaskGroup and is cancel
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -78,6 +79,15 @@ async def _keep_bus(settings: ExtenderSettings, publisher: PlacementPublisher, b
         await bus.drain()
 
 
+async def _freeze_after_sync(readiness: Readiness) -> None:
+    """Once the caches hold the cluster, move it out of the collector's sight: a full collection over
+    tens of thousands of cached pods would otherwise land in some request's latency."""
+    for event in readiness.events:
+        await event.wait()
+    gc.collect()
+    gc.freeze()
+
+
 def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[State]:
@@ -129,6 +139,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 patch_timeout=s.kube_timeout,
             )
             recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
+            readiness = Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait)
             async with asyncio.TaskGroup() as tg:
                 tasks = [
                     tg.create_task(pods.run(), name="watch:pods"),
@@ -137,6 +148,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                     tg.create_task(notices.run(recorder), name="events"),
                     tg.create_task(binder.run_unlocks(), name="unlocks"),
                     tg.create_task(_keep_bus(s, publisher, binder), name="bus"),
+                    tg.create_task(_freeze_after_sync(readiness), name="gc-freeze"),
                 ]
                 if elector is not None:
                     tasks.append(tg.create_task(elector.run(), name="leader-election"))
@@ -148,7 +160,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                         "binder": binder,
                         "leadership": Leadership(identity=s.candidate(), elector=elector),
                         "publisher": publisher,
-                        "readiness": Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait),
+                        "readiness": readiness,
                     }
                 finally:
                     for task in tasks:

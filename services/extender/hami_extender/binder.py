@@ -159,6 +159,8 @@ class Binder:
         booking = self.ledger.booking(meta.uid)
         if booking is None:
             booking = booking_from(pod)
+        if booking is None and request_of(pod, self.resources).has_devices:
+            raise Conflict(f"pod {meta.namespace}/{meta.name} asks for GPUs but holds none: filter it first")
         if booking is not None and booking.node != node:
             raise Conflict(f"pod {meta.namespace}/{meta.name} was filtered to {booking.node}, not {node}")
         if booking is not None and any(booking.grants[booking.init_count :]):

@@ -8,7 +8,8 @@ Rebuilt from annotations after a restart, it is identical to the one kept increm
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import bisect
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hami_common.annotations import DeviceInfo, PodDevices
@@ -93,6 +94,7 @@ class Ledger:
     def __init__(self) -> None:
         self._registrations: dict[str, Registration] = {}
         self._views: dict[str, NodeView] = {}
+        self._order: list[tuple[float, str]] = []  # (score, node), ascending: Filter's visiting order
         self._bookings: dict[str, Booking] = {}
         self._by_node: dict[str, set[str]] = {}
         self._limits: dict[str, NamespaceQuota] = {}
@@ -109,7 +111,7 @@ class Ledger:
 
     def forget(self, node: str) -> None:
         if self._registrations.pop(node, None) is not None:
-            self._views.pop(node, None)
+            self._drop_view(node)
             self.version += 1
 
     def _rebuild(self, node: str) -> None:
@@ -122,11 +124,23 @@ class Ledger:
         )
         for uid in sorted(self._by_node.get(node, ())):
             usage = apply_charges(usage, self._bookings[uid].charges)
-        self._views[node] = _view(usage)
+        self._set_view(node, _view(usage))
         self.version += 1
 
     def view(self, node: str) -> NodeView | None:
         return self._views.get(node)
+
+    def candidates(self, names: Sequence[str], spread: bool) -> tuple[Iterator[NodeView], list[str]]:
+        """The registered ``names`` best first for the node policy (binpack: most used first; spread: least
+        used first; ties by node name), lazily, and the names that are not registered.
+
+        The ledger keeps every node ordered by score as it changes, so Filter pays one set and one pass
+        over ``names``, then stops at the first node that fits."""
+        views = self._views
+        wanted = set(names)
+        missing = [name for name in names if name not in views]
+        order = self._order if spread else reversed(self._order)
+        return (views[name] for _, name in order if name in wanted), missing
 
     def views(self) -> Iterator[tuple[str, NodeView]]:
         return iter(self._views.items())
@@ -167,8 +181,18 @@ class Ledger:
     def _apply(self, booking: Booking, sign: int) -> None:
         view = self._views.get(booking.node)
         if view is not None:
-            self._views[booking.node] = _view(apply_charges(view.usage, booking.charges, sign))
+            self._set_view(booking.node, _view(apply_charges(view.usage, booking.charges, sign)))
         self.version += 1
+
+    def _drop_view(self, node: str) -> None:
+        old = self._views.pop(node, None)
+        if old is not None:
+            del self._order[bisect.bisect_left(self._order, (old.score, node))]
+
+    def _set_view(self, node: str, view: NodeView) -> None:
+        self._drop_view(node)
+        self._views[node] = view
+        bisect.insort(self._order, (view.score, node))
 
     # --- quota ---------------------------------------------------------------------------------------------
 

@@ -1,16 +1,17 @@
 """Filter (hami-protocol §4.4): choose one node and its cards, reserve them, write HAMi's annotations.
 
-Nodes are visited best-first by the node policy on their cached scores; a cheap summary rules out nodes
-that cannot hold the request before the per-card fit runs, and the first node that fits is the answer
-(the node HAMi's sort would put last). Only when no node fits is every node fitted, so each failed node
-gets HAMi's reason text. The reservation is made before the patch and undone if the patch fails.
+Nodes are visited best-first by the node policy on their cached scores (ties by name, which HAMi leaves
+to goroutine timing); a cheap summary rules out nodes that cannot hold the request before the per-card
+fit runs, and the first node that fits is the answer (the node HAMi's sort would put last). Only when no
+node fits is every node fitted, so each failed node gets HAMi's reason text. The reservation is made
+before the patch and undone if the patch fails.
 """
 
 from __future__ import annotations
 
 import asyncio
-import heapq
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from hami_common.kube import Container, ObjectReference, Pod, PodPatcher, refere
 from hami_common.resources import ContainerResources, PodRequest, ResourceConfig, pod_request
 from hami_common.scheduling import (
     NodeFit,
+    NodePolicy,
     NodeUsage,
     PodPreferences,
     Reason,
@@ -38,7 +40,6 @@ from hami_common.scheduling import (
     choose_node,
     device_usage_from,
     fit_node,
-    preference,
     preferences_from_annotations,
 )
 from hami_common.tracing import context_from_annotation, tracer
@@ -47,7 +48,7 @@ from hami_extender.notices import FILTERING_FAILED, FILTERING_SUCCEED, NoticeQue
 from hami_extender.sync import registration_from
 from hami_extender.wire import FilterArgs, FilterResult, RawNodeList
 
-__all__ = ["Placer", "request_of"]
+__all__ = ["Filtered", "Placer", "request_of"]
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +61,14 @@ def request_of(pod: Pod, config: ResourceConfig) -> PodRequest:
         ]
 
     return pod_request(resources(pod.spec.init_containers), resources(pod.spec.containers), config)
+
+
+@dataclass(frozen=True, slots=True)
+class Filtered:
+    """Filter's answer, and how long it waited on the apiserver (reported as ``Server-Timing``)."""
+
+    result: FilterResult
+    apiserver_s: float = 0.0
 
 
 @dataclass(eq=False)
@@ -78,15 +87,15 @@ class Placer:
         except InvalidInput as err:
             raise InvalidInput(f"calcScore failed {err} for pod {pod.metadata.name}") from err
 
-    async def filter(self, args: FilterArgs) -> FilterResult:
+    async def filter(self, args: FilterArgs) -> Filtered:
         pod = args.pod
         assert pod is not None  # the codec refuses args without a pod
         request = request_of(pod, self.resources)
         if not request.has_devices:
-            return FilterResult(node_names=args.node_names)
+            return Filtered(FilterResult(node_names=args.node_names))
         prefs = self._preferences(pod)
         if args.nodes is not None:
-            return self._simulate(args, request, prefs)
+            return Filtered(self._simulate(args, request, prefs))
         with tracer().start_as_current_span(
             spans.FILTER, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
         ) as span:
@@ -108,21 +117,11 @@ class Placer:
     def _choose(
         self, names: Sequence[str], request: PodRequest, prefs: PodPreferences
     ) -> tuple[NodeFit | None, list[NodeFit]]:
-        failed: list[NodeFit] = []
-        heap: list[tuple[float, int, str]] = []
-        for position, name in enumerate(names):
-            view = self.ledger.view(name)
-            if view is None:
-                failed.append(NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}))
-                continue
-            heap.append((-preference(view.score, prefs.node_policy), -position, name))
-        heapq.heapify(heap)
+        ordered, missing = self.ledger.candidates(names, spread=prefs.node_policy is NodePolicy.SPREAD)
+        failed = [NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}) for name in missing]
         checks = [(r.nums, r.memreq, r.coresreq) for r in request.containers if r is not None]
         skipped: list[NodeView] = []
-        while heap:
-            _, _, name = heapq.heappop(heap)
-            view = self.ledger.view(name)
-            assert view is not None
+        for view in ordered:
             if not all(view.may_fit(*check) for check in checks):
                 skipped.append(view)
                 continue
@@ -133,7 +132,7 @@ class Placer:
         failed.extend(self._fit(view, request, prefs) for view in skipped)
         return None, failed
 
-    async def _place(self, pod: Pod, names: Sequence[str], request: PodRequest, prefs: PodPreferences) -> FilterResult:
+    async def _place(self, pod: Pod, names: Sequence[str], request: PodRequest, prefs: PodPreferences) -> Filtered:
         meta = pod.metadata
         self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
         chosen, failed = self._choose(names, request, prefs)
@@ -141,7 +140,7 @@ class Placer:
         ref = reference_to(pod, "Pod")
         if chosen is None:
             self._report_failure(ref, failed)
-            return FilterResult(failed_nodes=failed_nodes)
+            return Filtered(FilterResult(failed_nodes=failed_nodes))
         booking = Booking(
             uid=meta.uid,
             namespace=meta.namespace,
@@ -159,6 +158,7 @@ class Placer:
             DEVICES_TO_ALLOCATE: encoded,
             DEVICES_ALLOCATED: encoded,
         }
+        started = time.perf_counter()
         try:
             async with asyncio.timeout(self.patch_timeout):
                 await self.pods.patch_pod_annotations(meta.namespace, meta.name, changes)
@@ -188,7 +188,9 @@ class Placer:
             encoded,
             extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
         )
-        return FilterResult(node_names=[chosen.node], failed_nodes=failed_nodes)
+        return Filtered(
+            FilterResult(node_names=[chosen.node], failed_nodes=failed_nodes), time.perf_counter() - started
+        )
 
     def _report_failure(self, ref: ObjectReference, failed: Sequence[NodeFit]) -> None:
         self.notices.emit(ref, "Warning", FILTERING_FAILED, f"no available node, {len(failed)} nodes do not meet")

@@ -7,6 +7,7 @@ reads it and retries), 400 ``Please send a request body`` for an empty body, as 
 from __future__ import annotations
 
 import logging
+import time
 from typing import Final
 
 from fastapi import APIRouter, Depends, Request, Response
@@ -31,6 +32,7 @@ log = logging.getLogger(__name__)
 
 JSON: Final = "application/json"
 EMPTY_BODY: Final = "Please send a request body"
+SERVER_TIMING: Final = "Server-Timing"  # how long Filter waited on the apiserver, for latency breakdowns
 _MAX_PRIORITY: Final = 10
 
 router = APIRouter(dependencies=[Depends(require_token)])
@@ -72,17 +74,21 @@ def _must_lead(leadership: LeadershipDep) -> None:
 
 @router.post(paths.FILTER)
 async def filter_nodes(request: Request, placer: PlacerDep, leadership: LeadershipDep, ready: ReadinessDep) -> Response:
+    started = time.perf_counter()
     try:
         args = decode_filter_args(await _body(request))
         _must_lead(leadership)
         await ready.ensure()
-        result = await placer.filter(args)
+        filtered = await placer.filter(args)
     except _EmptyBody:
         return _empty()
     except HamiError as err:
         log.warning("filter failed: %s", err)
-        result = FilterResult(error=str(err))
-    return _json(encode(result))
+        return _json(encode(FilterResult(error=str(err))))
+    response = _json(encode(filtered.result))
+    total = time.perf_counter() - started
+    response.headers[SERVER_TIMING] = f"filter;dur={total * 1000:.3f}, apiserver;dur={filtered.apiserver_s * 1000:.3f}"
+    return response
 
 
 @router.post(paths.BIND)

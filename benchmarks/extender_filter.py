@@ -1,0 +1,325 @@
+"""/filter latency and filter+bind throughput of the extender, over real HTTP, at cluster scale.
+
+A Kubernetes API emulator (its own process) is seeded with N nodes of 8 GPUs each and 10 resident pods per
+node, already placed (HAMi annotations, Running). The extender (its own process, as ``hami-extender``)
+builds its ledger from the watches; NATS is an embedded nats-server. The benchmark then plays
+kube-scheduler: ``POST /filter`` with every node name (nodeCacheCapable) for pending pods, one at a time,
+and times each request; for throughput it also binds each placed pod and, as the node's allocator would,
+publishes the AllocationResult that ends the node hand-off.
+
+    python benchmarks/extender_filter.py [--quick]
+
+The last line is JSON with ``filter_p50_ms_5000x8``, ``filter_p99_ms_5000x8``, ``filter_p99_ms_1000x8``,
+``binds_per_s`` (and the other figures printed above it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hami_common import subjects
+from hami_common.annotations import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    NODE_REGISTER,
+    NODE_SCHEDULER_POLICY,
+    VGPU_NODE,
+    ContainerDevice,
+    DeviceInfo,
+    encode_node_devices,
+    encode_pod_devices,
+)
+from hami_common.bus import Bus, EmbeddedNats
+from hami_common.events import AllocationResult
+from hami_common.settings import BusSettings
+
+GPUS_PER_NODE = 8
+RESIDENT_PER_NODE = 10
+NAMESPACE = "bench"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _gpu(node: str, i: int) -> str:
+    return f"GPU-{node}-{i}"
+
+
+def _seed_and_serve(nodes: int, pending: int, workdir: str, ready: Any, stop: Any) -> None:
+    """The emulator process: seed the store directly (fast), serve over HTTP until told to stop."""
+    from hami_sim.kubeapi import KubeApiEmulator, Store, find_resource
+
+    class PagingStore(Store):
+        """The emulator's store, minus one cost that is not the apiserver's: its list deep-copies every
+        object for each page of a paginated list (quadratic in the number of pods); objects in the store
+        are replaced, never changed in place, so a list can hand out references."""
+
+        def list_matching(self, *args: Any) -> Any:
+            with self._lock:
+                return list(self._select(*args)), self._rv
+
+    pods_rt = find_resource("", "v1", "pods")
+    nodes_rt = find_resource("", "v1", "nodes")
+    ns_rt = find_resource("", "v1", "namespaces")
+    assert pods_rt is not None
+    assert nodes_rt is not None
+    assert ns_rt is not None
+    api = KubeApiEmulator(bookmark_interval=5.0, history=200_000)
+    api.store = PagingStore(history=200_000)
+    with api:
+        store = api.store
+        store.create(ns_rt, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        for n in range(nodes):
+            name = f"node-{n:05d}"
+            devices = [
+                DeviceInfo(
+                    id=_gpu(name, i),
+                    index=i,
+                    count=10,
+                    devmem=81920,
+                    devcore=100,
+                    type="NVIDIA-H100",
+                    numa=i // 4,
+                    mode="hami-core",
+                    health=True,
+                )
+                for i in range(GPUS_PER_NODE)
+            ]
+            store.create(
+                nodes_rt,
+                None,
+                {
+                    "apiVersion": "v1",
+                    "kind": "Node",
+                    "metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_devices(devices)}},
+                },
+            )
+            for p in range(RESIDENT_PER_NODE):
+                grant = encode_pod_devices([[ContainerDevice(_gpu(name, p % GPUS_PER_NODE), "NVIDIA", 4096, 10)]])
+                store.create(
+                    pods_rt,
+                    NAMESPACE,
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Pod",
+                        "metadata": {
+                            "name": f"res-{n}-{p}",
+                            "namespace": NAMESPACE,
+                            "annotations": {VGPU_NODE: name, DEVICES_ALLOCATED: grant, DEVICES_TO_ALLOCATE: grant},
+                        },
+                        "spec": {"nodeName": name, "containers": [_container(4096)]},
+                        "status": {"phase": "Running"},
+                    },
+                )
+        uids = []
+        for p in range(pending):
+            created = store.create(pods_rt, NAMESPACE, _pending_pod(p, ""))
+            uids.append(created["metadata"]["uid"])
+        kubeconfig = api.write_kubeconfig(Path(workdir) / "kubeconfig")
+        ready.put((str(kubeconfig), uids))
+        stop.wait()
+
+
+def _container(mem: int) -> dict[str, Any]:
+    return {
+        "name": "main",
+        "image": "cuda",
+        "resources": {"limits": {"nvidia.com/gpu": "1", "nvidia.com/gpumem": str(mem), "nvidia.com/gpucores": "10"}},
+    }
+
+
+async def _wait_ready(client: httpx.AsyncClient, nodes: int, deadline: float) -> None:
+    while time.monotonic() < deadline:
+        try:
+            ready = (await client.get("/readyz")).json()
+            if ready["synced"] and ready["nodes"] == nodes:
+                return
+        except httpx.HTTPError:
+            pass
+        await asyncio.sleep(0.2)  # a benchmark's set-up poll, not a test
+    raise SystemExit(f"the extender did not sync {nodes} nodes in time")
+
+
+def _pending_pod(p: int, uid: str) -> dict[str, Any]:
+    meta = {"name": f"pending-{p}", "namespace": NAMESPACE, **({"uid": uid} if uid else {})}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": meta,
+        "spec": {"schedulerName": "hami-scheduler", "containers": [_container(2000)]},
+    }
+
+
+async def _run(nodes: int, filters: int, binds: int, nats: EmbeddedNats, log_dir: Path) -> dict[str, float]:
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Queue(), ctx.Event()
+    with tempfile.TemporaryDirectory() as workdir:
+        t0 = time.monotonic()
+        pending = 2 * filters + binds
+        emulator = ctx.Process(target=_seed_and_serve, args=(nodes, pending, workdir, ready, stop))
+        emulator.start()
+        kubeconfig, uids = ready.get(timeout=600)
+        figures = {"nodes": float(nodes), "seed_s": time.monotonic() - t0}
+        port = _free_port()
+        log_file = (log_dir / f"extender-{nodes}.log").open("w")
+        code = "import sys; from hami_extender.main import main; sys.exit(main(sys.argv[1:]))"
+        argv = [
+            sys.executable,
+            "-c",
+            code,
+            "--kubeconfig",
+            kubeconfig,
+            "--http-port",
+            str(port),
+            "--nats-url",
+            nats.url,
+            "--kube-timeout",
+            "60",
+            "--sync-wait",
+            "60",
+            "--identity",
+            "bench",
+            "--handoff-wait",
+            "60",
+        ]
+        extender = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
+            argv, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "OTEL_SDK_DISABLED": "true"}
+        )
+        try:
+            async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=120.0) as client:
+                t1 = time.monotonic()
+                await _wait_ready(client, nodes, time.monotonic() + 900)
+                figures["sync_s"] = time.monotonic() - t1
+                names = [f"node-{n:05d}" for n in range(nodes)]
+                for count, first in ((1000, 0), (nodes, filters)):
+                    figures.update(await _latency(client, names[:count], range(first, first + filters), uids))
+                figures["binds_per_s"] = await _throughput(client, names, range(2 * filters, pending), nats, uids)
+                return figures
+        finally:
+            extender.terminate()
+            extender.wait(30)
+            log_file.close()
+            stop.set()
+            emulator.join(30)
+
+
+def _post_filter(client: httpx.AsyncClient, pod: dict[str, Any], names: list[str]) -> Any:
+    body = json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names})
+    return client.post("/filter", content=body, headers={"content-type": "application/json"})
+
+
+async def _latency(client: httpx.AsyncClient, names: list[str], pods: range, uids: list[str]) -> dict[str, float]:
+    """Sequential filters; each timed end to end, and without the apiserver patch (``Server-Timing``)."""
+    total: list[float] = []
+    own: list[float] = []
+    handler: list[float] = []
+    for p in pods:
+        body = json.dumps({"Pod": _pending_pod(p, uids[p]), "Nodes": None, "NodeNames": names}).encode()
+        start = time.perf_counter()
+        response = await client.post("/filter", content=body, headers={"content-type": "application/json"})
+        elapsed = (time.perf_counter() - start) * 1000
+        result = response.json()
+        if result["Error"] or not result["NodeNames"]:
+            raise SystemExit(f"filter failed: {result['Error'] or result['FailedNodes']}")
+        timings = dict(part.strip().split(";dur=") for part in response.headers["server-timing"].split(","))
+        total.append(elapsed)
+        own.append(elapsed - float(timings["apiserver"]))
+        handler.append(float(timings["filter"]) - float(timings["apiserver"]))
+    skip = min(5, len(own) // 10)  # the first requests warm caches and connections
+    total, own, handler = total[skip:], own[skip:], handler[skip:]
+    suffix = f"{len(names)}x{GPUS_PER_NODE}"
+    return {
+        f"handler_p50_ms_{suffix}": statistics.median(handler),
+        f"handler_p99_ms_{suffix}": _percentile(handler, 0.99),
+        f"filter_p50_ms_{suffix}": statistics.median(own),
+        f"filter_p99_ms_{suffix}": _percentile(own, 0.99),
+        f"filter_with_apiserver_p50_ms_{suffix}": statistics.median(total),
+        f"filter_with_apiserver_p99_ms_{suffix}": _percentile(total, 0.99),
+    }
+
+
+async def _throughput(
+    client: httpx.AsyncClient, names: list[str], pods: range, nats: EmbeddedNats, uids: list[str]
+) -> float:
+    """kube-scheduler's pace: filters one at a time, binds in parallel (its binding cycles are
+    asynchronous); the benchmark answers for each node's allocator on NATS, which ends the hand-off."""
+    slots = asyncio.Semaphore(32)
+    async with await Bus.connect(BusSettings(nats_url=nats.url, service_name="bench")) as bus:
+
+        async def bind(p: int, node: str) -> None:
+            async with slots:
+                name = f"pending-{p}"
+                body = {"PodName": name, "PodNamespace": NAMESPACE, "PodUID": uids[p], "Node": node}
+                bound = (await client.post("/bind", json=body)).json()
+                if bound["Error"]:
+                    raise SystemExit(f"bind failed: {bound['Error']}")
+                result = AllocationResult(
+                    pod_uid=uids[p],
+                    namespace=NAMESPACE,
+                    name=name,
+                    node=node,
+                    container="main",
+                    ok=True,
+                    staged=True,
+                    at_ns=time.time_ns(),
+                )
+                await bus.publish(subjects.allocated(node), result)
+
+        start = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for p in pods:
+                pod = _pending_pod(p, uids[p])
+                pod["metadata"]["annotations"] = {NODE_SCHEDULER_POLICY: "spread"}
+                result = (await _post_filter(client, pod, names)).json()
+                if not result["NodeNames"]:
+                    raise SystemExit(f"filter failed: {result['Error'] or result['FailedNodes']}")
+                await slots.acquire()  # at most 32 binds in flight, like a busy scheduler
+                slots.release()
+                tg.create_task(bind(p, result["NodeNames"][0]))
+        return len(pods) / (time.perf_counter() - start)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smaller cluster and fewer requests")
+    args = parser.parse_args(argv)
+    nodes, filters, binds = (5000, 60, 60) if args.quick else (5000, 400, 400)
+    log_dir = Path(tempfile.mkdtemp(prefix="extender-bench-"))
+    with EmbeddedNats() as nats:
+        figures = asyncio.run(_run(nodes, filters, binds, nats, log_dir))
+    for key, value in figures.items():
+        print(f"{key:42s} {value:10.3f}", flush=True)
+    print(f"(extender logs in {log_dir})")
+    summary: dict[str, float | bool] = {
+        k: round(v, 3) for k, v in figures.items() if k.startswith(("filter_", "binds"))
+    }
+    summary["quick"] = bool(args.quick)
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
