@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,8 @@ def kubectl() -> str:
 
 @pytest.fixture(scope="session")
 def deploy_tree(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl not installed: deploy/generate-secrets.sh needs it to make the overlays' secrets")
     return prepare_tree(tmp_path_factory.mktemp("deploy"))
 
 
