@@ -31,10 +31,13 @@ _DECIMAL: Final = {
     "P": Fraction(10**15),
     "E": Fraction(10**18),
 }
+_MAX_LENGTH: Final = 128  # far beyond any int64 value in any notation
 _MAX_EXPONENT: Final = 64  # larger exponents overflow int64 anyway; refusing them bounds the work
 
 
 def parse_quantity(text: str) -> Fraction:
+    if len(text) > _MAX_LENGTH:  # also keeps int() below its digit limit
+        raise InvalidInput(f"quantity longer than {_MAX_LENGTH} characters: {text[:20]}...")
     match = _QUANTITY.fullmatch(text.strip())
     if match is None:
         raise InvalidInput(f"quantities must match the regular expression of Kubernetes: {text!r}")

@@ -175,3 +175,8 @@ def test_arbitrary_quantities_give_a_request_none_or_invalid_input(quantities: d
         assert request.nums > 0
         assert 0 <= request.memreq <= 2**31 - 1
         assert 1 <= request.mem_percentage <= UNSET_PERCENTAGE
+
+
+def test_absurdly_long_quantity_is_invalid_input_not_a_crash() -> None:
+    with pytest.raises(InvalidInput, match="longer than"):
+        container_request(limits(gpu="9" * 5000), DEFAULT)

@@ -19,6 +19,7 @@ from hami_common.annotations.handshake import (
     encode_handshake,
 )
 from hami_common.annotations.keys import (
+    ALLOW_DISABLE_CONTROL,
     BIND_PHASE,
     BIND_PHASE_ALLOCATING,
     BIND_PHASE_FAILED,
@@ -72,6 +73,7 @@ from hami_common.annotations.timestamps import (
 from hami_common.annotations.topology import PairScores, decode_pair_scores, encode_pair_scores
 
 __all__ = [
+    "ALLOW_DISABLE_CONTROL",
     "BIND_PHASE",
     "BIND_PHASE_ALLOCATING",
     "BIND_PHASE_FAILED",

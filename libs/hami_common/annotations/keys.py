@@ -43,6 +43,8 @@ SCHEDULER_ROLE_FOLLOWER: Final = "follower"
 WEBHOOK_LABEL: Final = "hami.io/webhook"
 WEBHOOK_IGNORE: Final = "ignore"
 POD_GROUP_LABEL: Final = "scheduling.x-k8s.io/pod-group"
+# Ours: a namespace label that lets its pods keep CUDA_DISABLE_CONTROL (the webhook strips it otherwise).
+ALLOW_DISABLE_CONTROL: Final = "hami.io/allow-disable-control"
 
 # Annotations only the system may write: a tenant setting one could forge an allocation (ARCHITECTURE §3).
 SCHEDULER_OWNED: Final[frozenset[str]] = frozenset(
