@@ -12,6 +12,7 @@ import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
+from hami_common.annotations import WEBHOOK_IGNORE, WEBHOOK_LABEL
 from tests.deploy.manifests import DEPLOY, NAMESPACE, Rendering, env_of
 
 Obj = dict[str, Any]
@@ -258,7 +259,7 @@ def test_webhook_never_gates_its_own_namespace(overlay: Rendering) -> None:
     ("labels", "gated"),
     [
         pytest.param(namespace_labels("team-a"), True, id="an ordinary namespace is gated"),
-        pytest.param(namespace_labels("team-b", **{"hami.io/webhook": "ignore"}), False, id="opted-out namespace"),
+        pytest.param(namespace_labels("team-b", **{WEBHOOK_LABEL: WEBHOOK_IGNORE}), False, id="opted-out namespace"),
     ],
 )
 def test_webhook_gates_ordinary_namespaces_unless_opted_out(
@@ -275,7 +276,7 @@ def test_webhook_fails_closed_only_for_pods_it_selects(overlay: Rendering) -> No
         assert hook["admissionReviewVersions"][0] == "v1"
         assert hook["matchConditions"], "matchConditions keep non-GPU pods away from a fail-closed webhook"
         assert 1 <= hook["timeoutSeconds"] <= 30
-        assert not selects(hook["objectSelector"], {"hami.io/webhook": "ignore"})
+        assert not selects(hook["objectSelector"], {WEBHOOK_LABEL: WEBHOOK_IGNORE})
         assert {"pods"} <= {r for rule in hook["rules"] for r in rule["resources"]}
 
 
