@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 
 import pytest
+import yaml
 
 from hami_allocator.api import generate
 from hami_allocator.main import main
@@ -80,3 +81,59 @@ async def test_service_body_serves_declared_gpus_until_stopped(sockdir: Path, tm
         stop.set()
         await body
     assert sorted(view.devices) == [f"GPU-{g}-{i}" for g in ("aaa", "bbb") for i in range(3)]
+
+
+async def test_service_advertises_the_gpus_discovery_finds_and_follows_their_health(
+    sockdir: Path, tmp_path: Path
+) -> None:
+    declared = tmp_path / "inventory.yaml"
+
+    def declare(healthy: bool) -> None:
+        gpu = {"uuid": "GPU-ccc", "index": 0, "model": "Tesla V100", "memory_mib": 32768, "healthy": healthy}
+        text = yaml.safe_dump({"nodes": {"gpu-node-1": [gpu]}})
+        staged = declared.with_suffix(".tmp")
+        staged.write_text(text)
+        staged.replace(declared)  # the reader never sees half a file
+
+    await asyncio.to_thread(declare, True)
+    settings = AllocatorSettings(
+        node_name="gpu-node-1",
+        plugin_dir=str(sockdir),
+        inventory="fake",
+        fake_inventory=str(declared),
+        inventory_poll=0.02,
+        device_split_count=2,
+        staging_dir=str(tmp_path / "staging"),
+        hook_path=str(tmp_path / "hook"),
+        use_apiserver=False,
+        use_bus=False,
+        watch_interval=0.02,
+    )
+    stop = asyncio.Event()
+    async with KubeletEmulator(sockdir) as kubelet:
+        body = asyncio.create_task(serve(settings, stop))
+        view = await kubelet.wait_devices(GPU, 2)
+        await asyncio.to_thread(declare, False)
+        await kubelet.wait_devices(GPU, 0)
+        stop.set()
+        await body
+    assert sorted(view.devices) == ["GPU-ccc-0", "GPU-ccc-1"]
+
+
+def test_discovery_and_declared_gpus_together_are_a_configuration_error(sockdir: Path) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(
+            [
+                "--node-name",
+                "n",
+                "--plugin-dir",
+                str(sockdir),
+                "--inventory",
+                "fake",
+                "--gpus",
+                "GPU-a",
+                "--no-use-apiserver",
+                "--no-use-bus",
+            ]
+        )
+    assert exited.value.code == 2

@@ -1,7 +1,8 @@
 """Where the plugin's GPUs come from, and the virtual devices it advertises for them (hami-protocol §5.2).
 
 :class:`GpuSource` is the port: the node agent's discovery (NVML or a declared fake inventory) satisfies it;
-:class:`DeclaredInventory` is the built-in one, a fixed list whose health a caller (or a test) can flip.
+:class:`DeclaredInventory` is a fixed list whose health a caller (or a test) can flip;
+:class:`DiscoveredInventory` adapts the node agent's discovery (``hami_common.inventory``: NVML or fake).
 Each physical GPU becomes ``deviceSplitCount`` virtual devices ``<UUID>-<i>`` (stable, at most 63
 characters: a longer UUID is shortened with a hash of itself, so the same GPU always gets the same IDs).
 """
@@ -10,13 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from hami_common.errors import HamiError
+from hami_common.inventory import Gpu as DiscoveredGpu
+from hami_common.inventory import GpuInventory
+
 __all__ = [
     "MAX_DEVICE_ID",
     "DeclaredInventory",
+    "DiscoveredInventory",
     "Gpu",
     "GpuSource",
     "InventorySnapshot",
@@ -25,6 +32,8 @@ __all__ = [
     "parse_declared",
     "virtual_devices",
 ]
+
+log = logging.getLogger(__name__)
 
 MAX_DEVICE_ID: Final = 63
 _HASH_CHARS: Final = 10
@@ -106,10 +115,45 @@ class DeclaredInventory:
             return self._snapshot
 
     async def update(self, health: Mapping[str, bool]) -> None:
-        gpus = tuple(Gpu(uuid=g.uuid, healthy=health.get(g.uuid, g.healthy), numa=g.numa) for g in self._snapshot.gpus)
+        await self.replace(
+            Gpu(uuid=g.uuid, healthy=health.get(g.uuid, g.healthy), numa=g.numa) for g in self._snapshot.gpus
+        )
+
+    async def replace(self, gpus: Iterable[Gpu]) -> None:
+        """Publish a new list; watchers wake only if it differs from the current one."""
+        fresh = tuple(gpus)
+        if fresh == self._snapshot.gpus:
+            return
         async with self._changed:
-            self._snapshot = InventorySnapshot(version=self._snapshot.version + 1, gpus=gpus)
+            self._snapshot = InventorySnapshot(version=self._snapshot.version + 1, gpus=fresh)
             self._changed.notify_all()
 
     async def set_health(self, uuid: str, healthy: bool) -> None:
         await self.update({uuid: healthy})
+
+
+class DiscoveredInventory(DeclaredInventory):
+    """The node agent's discovery (:class:`hami_common.inventory.GpuInventory`: NVML or the declared fake
+    file) as a :class:`GpuSource`: read in a worker thread (NVML blocks) by :meth:`refresh`, and again every
+    ``poll_interval`` seconds by :meth:`run`, so a GPU that turns unhealthy is re-advertised within a poll."""
+
+    def __init__(self, backend: GpuInventory, poll_interval: float = 5.0) -> None:
+        super().__init__(())
+        self.backend = backend
+        self.poll_interval = poll_interval
+
+    @staticmethod
+    def _convert(found: Iterable[DiscoveredGpu]) -> tuple[Gpu, ...]:
+        return tuple(Gpu(uuid=g.uuid, healthy=g.healthy, numa=g.numa) for g in found)
+
+    async def refresh(self) -> None:
+        await self.replace(self._convert(await asyncio.to_thread(self.backend.gpus)))
+
+    async def run(self) -> None:
+        """Poll until cancelled; a failed read is logged and the last list stays advertised."""
+        while True:
+            await asyncio.sleep(self.poll_interval)  # discovery has no change notification to wait on
+            try:
+                await self.refresh()
+            except HamiError as err:
+                log.warning("GPU discovery failed, keeping the last list: %s", err)

@@ -16,7 +16,7 @@ from opentelemetry.context import Context
 
 from hami_allocator.allocator import Allocator
 from hami_allocator.followup import FollowUp, ResultPublisher
-from hami_allocator.inventory import DeclaredInventory, GpuSource, parse_declared
+from hami_allocator.inventory import DeclaredInventory, DiscoveredInventory, GpuSource, parse_declared
 from hami_allocator.pending import KubeNodePods
 from hami_allocator.plugin import DevicePluginService
 from hami_allocator.server import Endpoint, PluginServer
@@ -24,6 +24,7 @@ from hami_allocator.settings import AllocatorSettings
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import InvalidInput, TransientError
+from hami_common.inventory import open_inventory
 from hami_common.kube import Change, KubeClient, Pod, WatchCache, pod_source
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
@@ -125,18 +126,29 @@ def _config(s: AllocatorSettings) -> NodeAllocationConfig:
     )
 
 
+async def _inventory(settings: AllocatorSettings, stack: contextlib.AsyncExitStack) -> DeclaredInventory:
+    """The node agent's discovery when ``--inventory`` names it, else the declared ``--gpus``."""
+    if settings.inventory:
+        if settings.gpus:
+            raise InvalidInput("choose GPU discovery (--inventory) or declared GPUs (--gpus), not both")
+        backend = await asyncio.to_thread(
+            open_inventory, settings.inventory, node=settings.node_name, fake_file=settings.fake_inventory
+        )
+        stack.callback(backend.close)
+        discovered = DiscoveredInventory(backend, settings.inventory_poll)
+        await discovered.refresh()
+        return discovered
+    try:
+        gpus = parse_declared(settings.gpus)
+    except ValueError as err:
+        raise InvalidInput(f"--gpus: {err}") from err
+    if not gpus:
+        log.warning("no GPU to advertise: set --inventory (nvml or fake) or --gpus")
+    return DeclaredInventory(gpus)
+
+
 async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
     """The service body for ``hami_common.service.run``: serve until ``stop`` is set."""
-    try:
-        if not settings.node_name:
-            raise InvalidInput("the node name is required (--node-name or HAMI_NODE_NAME)")
-        try:
-            gpus = parse_declared(settings.gpus)
-        except ValueError as err:
-            raise InvalidInput(f"--gpus: {err}") from err
-    except InvalidInput as err:
-        log.error("bad configuration: %s", err)
-        raise SystemExit(EXIT_CONFIG) from err
     endpoint = Endpoint(
         plugin_dir=Path(settings.plugin_dir),
         socket_name=settings.socket_name,
@@ -146,6 +158,13 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
         watch_interval=settings.watch_interval,
     )
     async with contextlib.AsyncExitStack() as stack:
+        try:
+            if not settings.node_name:
+                raise InvalidInput("the node name is required (--node-name or HAMI_NODE_NAME)")
+            inventory = await _inventory(settings, stack)
+        except InvalidInput as err:
+            log.error("bad configuration: %s", err)
+            raise SystemExit(EXIT_CONFIG) from err
         kube = None
         if settings.use_apiserver:
             kube = await stack.enter_async_context(KubeClient.from_settings(settings))
@@ -155,7 +174,7 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
         service = AllocatorService(
             node=settings.node_name,
             endpoint=endpoint,
-            inventory=DeclaredInventory(gpus),
+            inventory=inventory,
             store=StagingStore(settings.staging_dir),
             config=_config(settings),
             split=settings.device_split_count,
@@ -167,6 +186,8 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             tasks = [tg.create_task(service.run(), name="allocator")]
             if bus is not None:
                 tasks.append(tg.create_task(bus.run(), name="bus-connect"))
+            if isinstance(inventory, DiscoveredInventory):
+                tasks.append(tg.create_task(inventory.run(), name="gpu-discovery"))
             await stop.wait()
             for task in tasks:
                 task.cancel()
