@@ -219,3 +219,16 @@ def test_nats_server_gets_every_password_from_the_secret(overlay: Rendering) -> 
     env = env_of(overlay.container("hami-nats", "nats").container)
     for user, variable in nats_config_users().items():
         assert env[variable]["valueFrom"]["secretKeyRef"]["key"] == user
+
+
+def test_webhook_trusts_exactly_the_accounts_that_write_pod_annotations(overlay: Rendering) -> None:
+    """Scheduler-owned annotations may come only from the system's own writers: the accounts RBAC lets
+    patch pods are the ones the webhook lets set them, no more, no fewer."""
+    webhook = overlay.container("hami-webhook", "webhook").container
+    trusted = set(env_of(webhook)["HAMI_SYSTEM_USERS"]["value"].split(","))
+    writers = {
+        f"system:serviceaccount:{NAMESPACE}:{account['metadata']['name']}"
+        for account in overlay.of_kind("ServiceAccount")
+        if ("", "pods", "patch") in granted(overlay, account["metadata"]["name"])
+    }
+    assert trusted == writers
