@@ -268,7 +268,7 @@ async def test_arbitrary_authorization_headers_get_401_and_the_server_keeps_serv
             response = await running.client.get("/metrics", headers={"Authorization": value})
             assert response.status_code == 401, value
         garbage = await running.client.get("/metrics?x=%ff%00", headers={"Accept-Encoding": "\x7f"})
-        assert garbage.status_code == 401
+        assert garbage.status_code in (400, 401)  # the HTTP parser may refuse the request line first
         assert (await running.client.get("/healthz")).status_code == 200
 
 
