@@ -13,7 +13,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from hami_common.annotations import WEBHOOK_IGNORE, WEBHOOK_LABEL
-from tests.deploy.manifests import DEPLOY, NAMESPACE, Rendering, env_of
+from tests.deploy.manifests import DEPLOY, NAMESPACE, REPO_ROOT, Rendering, env_of
 
 Obj = dict[str, Any]
 
@@ -64,15 +64,19 @@ def test_no_container_is_privileged(overlay: Rendering) -> None:
     assert privileged == [], "a privileged container needs a comment beside it saying why, and a test exception"
 
 
+ELEVATED: Final = re.compile(
+    r"privileged:\s*true|runAsUser:\s*0\b|host(Network|PID|IPC):\s*true|network_mode:\s*host|user:\s*\"?0[:\"]"
+)
+
+
 def test_every_privileged_or_root_setting_in_the_sources_says_why() -> None:
+    """Kustomize sources and docker-compose.yml alike: a comment beside each one says why."""
     unexplained = []
-    for path in source_files():
+    for path in [*source_files(), REPO_ROOT / "docker-compose.yml"]:
         lines = path.read_text().splitlines()
         for i, line in enumerate(lines):
-            if re.search(r"privileged:\s*true|runAsUser:\s*0\b|host(Network|PID|IPC):\s*true", line) and not commented(
-                lines, i
-            ):
-                unexplained.append(f"{path.relative_to(DEPLOY)}:{i + 1}: {line.strip()}")
+            if ELEVATED.search(line) and not commented(lines, i):
+                unexplained.append(f"{path.relative_to(REPO_ROOT)}:{i + 1}: {line.strip()}")
     assert unexplained == []
 
 
