@@ -8,11 +8,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hami_common.events import AdmissionEvent, AllocationResult
+from hami_common.events import AdmissionEvent, AllocationResult, ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import AnyFamily, BuildInfo, Family, HistogramFamily, RowGroup, Scrape, collect
-from hami_metrics.messages import DeviceSample
-from hami_metrics.state import ClusterState, apply
+from hami_metrics.messages import DeviceSample, UsageReport
+from hami_metrics.state import ClusterState, Event, apply
 from hami_metrics.textformat import TextRenderer
 
 from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse, placement, series, usage
@@ -107,3 +107,47 @@ def test_with_legacy_names_promtool_objects_only_to_hamis_camel_case(promtool: s
     problems = [line for line in (result.stdout + result.stderr).decode().splitlines() if line.strip()]
     assert problems
     assert all("camelCase" in line for line in problems), problems
+
+
+wire_int = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # anything msgpack carries
+text = st.text(max_size=20)
+nodes = st.sampled_from([NODE, "gpu-2"])
+reports = st.builds(
+    UsageReport,
+    node=nodes,
+    pod_uid=text,
+    namespace=text,
+    pod=text,
+    container=text,
+    device_uuid=text,
+    used_bytes=wire_int,
+    limit_bytes=wire_int,
+    sm_util_percent=wire_int,
+    at_ns=wire_int,
+    vdevice_index=st.none() | wire_int,
+    context_bytes=st.none() | wire_int,
+    last_kernel_at_s=st.none() | wire_int,
+)
+devices = st.builds(PlacedDevice, uuid=text, type=text, usedmem_mib=wire_int, usedcores=wire_int)
+containers = st.builds(
+    ContainerPlacement, name=text, init=st.booleans(), devices=st.lists(devices, max_size=3).map(tuple)
+)
+placements = st.builds(
+    PlacementDecision,
+    pod_uid=text,
+    namespace=text,
+    name=text,
+    node=nodes,
+    bind_time_ns=wire_int,
+    containers=st.lists(containers, max_size=3).map(tuple),
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(events=st.lists(placements | reports, max_size=10))
+def test_any_field_values_fold_and_render_to_a_parseable_exposition(events: list[Event]) -> None:
+    state = apply(ClusterState(), inventory(), START_NS)
+    for event in events:
+        state = apply(state, event, START_NS)
+    body = TextRenderer().render(collect(state, scrape(legacy=True)))
+    assert parse(body.decode())  # the text format holds whatever the publishers sent

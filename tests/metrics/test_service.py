@@ -155,12 +155,13 @@ async def test_malformed_messages_are_counted_and_skipped_and_the_service_goes_o
     await served.bus.publish(subjects.inventory(NODE), WrongTypes(node=5))
     wrong_subject = usage("u9", node="other-node")  # a node's usage published on another node's subject
     await served.bus.publish(subjects.usage(NODE), wrong_subject)
+    await served.bus.publish(subjects.usage(NODE), usage("u9", node="Not A Node!"))  # not a Kubernetes name
     await served.publish(subjects.inventory(NODE), inventory())  # ordered after the junk on one connection
 
     samples = await served.scrape()
     outcomes = {dict(lb)["outcome"]: v for lb, v in series(samples, "hami_bus_messages_total").items()}
     assert outcomes["malformed"] == len(junk) + 1
-    assert outcomes["rejected"] == 1
+    assert outcomes["rejected"] == 2
     assert len(series(samples, "hami_gpu_memory_limit_bytes")) == 2
     assert series(samples, "hami_vgpu_memory_used_bytes") == {}
 
