@@ -84,8 +84,11 @@ def test_declared_gpus_are_the_ones_the_device_plugin_advertises(compose: dict[s
     assert services["nodeagent"]["environment"]["HAMI_NODE_NAME"] == node
     assert services["allocator"]["environment"]["HAMI_NODE_NAME"] == node
     gpus, _ = decode_fake_inventory((COMPOSE_DIR / "fake-inventory.yaml").read_text(), node)
-    declared = [entry.split(":")[0] for entry in services["allocator"]["environment"]["HAMI_GPUS"].split(",")]
-    assert declared == [gpu.uuid for gpu in gpus]
+    assert gpus
+    for name in ("nodeagent", "allocator"):
+        env = services[name]["environment"]
+        assert env["HAMI_INVENTORY"] == "fake"
+        assert env["HAMI_FAKE_INVENTORY"] == f"{MOUNTED_AT}/fake-inventory.yaml", "both read the same GPUs"
 
 
 def test_k3s_scheduler_reaches_the_compose_extender(compose: dict[str, Any]) -> None:

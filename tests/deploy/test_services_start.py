@@ -341,15 +341,14 @@ async def test_node_pod_registers_the_device_plugin_and_the_node_gpus(
     try:
         async with KubeletEmulator(host / plugin_dir.lstrip("/"), node=NODE_NAME) as kubelet:
             # NVML is not here: the declared inventory stands in for it (the one setting changed).
-            agent, agent_env = start(
-                "hami-node", "nodeagent", HAMI_INVENTORY="fake", HAMI_FAKE_INVENTORY=str(inventory)
-            )
-            plugin, plugin_env = start("hami-node", "allocator")
+            fake = {"HAMI_INVENTORY": "fake", "HAMI_FAKE_INVENTORY": str(inventory)}
+            agent, agent_env = start("hami-node", "nodeagent", **fake)
+            plugin, plugin_env = start("hami-node", "allocator", **fake)
+            split = int(plugin_env.env.get("HAMI_DEVICE_SPLIT_COUNT", "10"))
             async with asyncio.timeout(START_S):
                 await kubelet.wait_registered()
-                await kubelet.wait_for(lambda: GPU in kubelet.plugins and kubelet.plugins[GPU].updates > 0)
+                await kubelet.wait_devices(GPU, split)  # deviceSplitCount virtual devices of the one GPU
                 await arrived.wait()
-            advertised = kubelet.plugins[GPU].healthy
         event = msgspec.msgpack.decode(received[0].data, type=NodeInventory)
         assert [d.id for d in event.devices] == [FAKE_GPU]
         assert agent_env.env["HAMI_STAGING_DIR"] == plugin_env.env["HAMI_STAGING_DIR"], "one staging store"
@@ -357,10 +356,3 @@ async def test_node_pod_registers_the_device_plugin_and_the_node_gpus(
         plugin.alive()
     finally:
         await nc.close()
-    split = int(agent_env.env.get("HAMI_DEVICE_SPLIT_COUNT", "10"))
-    if not advertised:
-        pytest.xfail(
-            "the device plugin learns its GPUs only from --gpus (HAMI_GPUS), which a DaemonSet cannot list per "
-            "node; it should take them from the node's discovery, as the node agent does (allocator issue)"
-        )
-    assert len(advertised) == split
