@@ -11,7 +11,7 @@ from hami_common import subjects
 from hami_common.bus import Bus
 from hami_common.events import AdmissionEvent, AllocationResult, UsageSample
 from hami_metrics.aggregator import Shard
-from hami_metrics.messages import DeviceSample, PodEnded
+from hami_metrics.messages import DeviceSample, NodePods, PodEnded
 from hami_metrics.settings import MetricsSettings
 
 from .conftest import (
@@ -293,3 +293,12 @@ async def test_a_shard_keeps_only_its_own_nodes(settings: MetricsSettings, bus: 
     assert series(samples, "hami_aggregator_shard_info") == {labels(index="1", count="2"): 1}
     received = series(samples, "hami_bus_messages_total")[labels(outcome="received")]
     assert received == 4  # two inventories, the admission, the usage of its own node
+
+
+async def test_a_roster_on_the_bus_heals_a_lost_pod_end_and_a_missed_placement(served: Served) -> None:
+    await served.publish(subjects.inventory(NODE), inventory())
+    await served.publish(subjects.placement(NODE), placement("u1", container("main", (GPU_A, 1000, 10))))
+    missed = placement("u2", container("main", (GPU_B, 2000, 20)))  # never seen on the placement subject
+    await served.publish(subjects.usage(NODE), NodePods(node=NODE, pods=(missed,), at_ns=START_NS))
+    pods = series(await served.scrape(), "hami_vgpu_memory_allocated_bytes")
+    assert {dict(lb)["pod"]: v for lb, v in pods.items()} == {"pod-u2": 2000 * MIB}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hami_common.events import AdmissionEvent, AllocationResult
-from hami_metrics.messages import DeviceSample, PodEnded
+from hami_metrics.messages import DeviceSample, NodePods, PodEnded
 from hami_metrics.nodemap import NodeMap
 from hami_metrics.podusage import PodDevice, collapse
 from hami_metrics.staleness import Retention, expire
@@ -170,3 +170,25 @@ def test_node_map_set_returns_a_new_map_and_leaves_the_old_one() -> None:
     assert "b" not in one
     assert two.get("zz") is None
     assert NodeMap((f"n{i}", i) for i in range(500)) == {f"n{i}": i for i in range(500)}
+
+
+def test_a_roster_ends_pods_it_no_longer_lists_and_adds_those_it_does() -> None:
+    kept = placement("u1", container("main", (GPU_A, 100, 10)))
+    state = fold(kept, placement("u2", container("main", (GPU_A, 100, 10))), usage("u2"))
+    before = state.nodes[NODE].pods["u1"]
+    missed = placement("u3", container("main", (GPU_B, 200, 20)))  # placed while the aggregator was away
+    state = apply(state, NodePods(node=NODE, pods=(kept, missed), at_ns=START_NS), START_NS)
+    node = state.nodes[NODE]
+    assert set(node.pods) == {"u1", "u3"}
+    assert node.pods["u1"] is before  # unchanged pods keep their value (and their rendered lines)
+    assert node.usage == {}
+    assert "u2" in node.ended
+    assert apply(state, usage("u2"), START_NS).nodes[NODE].usage == {}  # a late sample stays gone
+
+
+def test_a_roster_listing_an_ended_pod_brings_it_back() -> None:
+    placed = placement("u1", container("main", (GPU_A, 100, 10)))
+    state = fold(placed, PodEnded(node=NODE, pod_uid="u1", at_ns=START_NS))
+    state = apply(state, NodePods(node=NODE, pods=(placed,), at_ns=START_NS), START_NS)
+    assert set(state.nodes[NODE].pods) == {"u1"}
+    assert state.nodes[NODE].ended == {}

@@ -11,8 +11,11 @@ see a pod's end; until they move into ``hami_common.events`` they are defined he
 * :class:`DeviceSample` is one GPU's host-wide NVML figures (``hami_host_gpu_*``).
 * :class:`PodEnded` says a pod left a node: deleted, finished, or bound elsewhere. It removes the pod's
   series at once instead of after the staleness period.
+* :class:`NodePods` is the node agent's periodic roster of the GPU pods on its node, with their placements
+  (for example with every inventory). It heals what core NATS may lose: a missed ``PodEnded`` (the pod is
+  not listed) and the placements an aggregator missed while it was down (they are listed).
 
-All three travel on ``hami.usage.<node>`` (only node agents publish there), so consumers of that subject
+All four travel on ``hami.usage.<node>`` (only node agents publish there), so consumers of that subject
 decode :data:`UsageMessage`, a tagged union.
 """
 
@@ -20,9 +23,9 @@ from __future__ import annotations
 
 from typing import TypeAlias
 
-from hami_common.events import BusEvent, UsageSample
+from hami_common.events import BusEvent, PlacementDecision, UsageSample
 
-__all__ = ["DeviceSample", "PodEnded", "UsageMessage", "UsageReport"]
+__all__ = ["DeviceSample", "NodePods", "PodEnded", "UsageMessage", "UsageReport"]
 
 
 class UsageReport(UsageSample, frozen=True, kw_only=True):
@@ -58,4 +61,12 @@ class PodEnded(BusEvent, frozen=True, kw_only=True, tag="pod-ended"):
     at_ns: int
 
 
-UsageMessage: TypeAlias = UsageReport | DeviceSample | PodEnded
+class NodePods(BusEvent, frozen=True, kw_only=True, tag="node-pods"):
+    """Every GPU pod on ``node`` with its placement, as the node agent knows it, on ``hami.usage.<node>``."""
+
+    node: str
+    pods: tuple[PlacementDecision, ...] = ()
+    at_ns: int
+
+
+UsageMessage: TypeAlias = UsageReport | DeviceSample | PodEnded | NodePods

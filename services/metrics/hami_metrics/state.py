@@ -15,10 +15,10 @@ Where the series come from:
   host GPU figures (``hami_host_gpu_*``): device samples.
 
 A node is alive while its node agent or allocator reports (inventory, usage, device samples, pod ends,
-allocation results). A node silent for ``node_staleness`` disappears with every series it carried.
+rosters, allocation results). A node silent for ``node_staleness`` disappears with every series it carried.
 A container's usage silent for ``usage_staleness`` disappears on its own. A pod's series disappear when
-its :class:`PodEnded` arrives; its uid is remembered for ``node_staleness`` so that a late sample does not
-bring it back.
+its :class:`PodEnded` arrives, or when the node's :class:`NodePods` roster no longer lists it; its uid is
+remembered for ``node_staleness`` so that a late sample does not bring it back.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from hami_common.events import (
     UsageSample,
 )
 from hami_metrics.histogram import Histogram
-from hami_metrics.messages import DeviceSample, PodEnded, UsageReport
+from hami_metrics.messages import DeviceSample, NodePods, PodEnded, UsageReport
 from hami_metrics.nodemap import NodeMap
 from hami_metrics.podusage import PodDevice, collapse
 
@@ -75,7 +75,14 @@ ADMISSION_ALLOWED: Final = "allowed"
 ADMISSION_DENIED: Final = "denied"
 
 Event: TypeAlias = (
-    AdmissionEvent | PlacementDecision | AllocationResult | NodeInventory | UsageSample | DeviceSample | PodEnded
+    AdmissionEvent
+    | PlacementDecision
+    | AllocationResult
+    | NodeInventory
+    | UsageSample
+    | DeviceSample
+    | PodEnded
+    | NodePods
 )
 UsageKey: TypeAlias = tuple[str, str, str]  # pod uid, container name, device uuid
 
@@ -195,6 +202,8 @@ def apply(state: ClusterState, event: Event, now_ns: int) -> ClusterState:
             new = _on_device_sample(state, event, now_ns)
         case PodEnded():
             new = _on_pod_ended(state, event, now_ns)
+        case NodePods():
+            new = _on_node_pods(state, event, now_ns)
         case NodeInventory():
             new = _on_inventory(state, event, now_ns)
         case PlacementDecision():
@@ -330,7 +339,12 @@ def _on_placement(state: ClusterState, ev: PlacementDecision, now_ns: int) -> Cl
     if ev.pod_uid in node.ended:
         return _next(state, path)
     pods = dict(node.pods)
-    pods[ev.pod_uid] = PodOnNode(
+    pods[ev.pod_uid] = _pod(ev)
+    return _with_node(state, replace(node, pods=pods), path)
+
+
+def _pod(ev: PlacementDecision) -> PodOnNode:
+    return PodOnNode(
         uid=ev.pod_uid,
         namespace=ev.namespace,
         name=ev.name,
@@ -341,7 +355,24 @@ def _on_placement(state: ClusterState, ev: PlacementDecision, now_ns: int) -> Cl
         ordinals={(c.name, d.uuid): i for c in ev.containers for i, d in enumerate(c.devices)},
         bind_time_ns=ev.bind_time_ns,
     )
-    return _with_node(state, replace(node, pods=pods), path)
+
+
+def _on_node_pods(state: ClusterState, ev: NodePods, now_ns: int) -> ClusterState:
+    """The node agent's roster is the truth about its node: pods missing from it have ended (a lost
+    PodEnded), pods in it are (re)placed (an aggregator that restarted learns what it missed)."""
+    node = _seen(state, ev.node, now_ns)
+    listed = {p.pod_uid: p for p in ev.pods if p.node == ev.node}
+    pods = {}
+    for uid, placement in listed.items():
+        known = node.pods.get(uid)  # keep the known value while unchanged: its series and cached lines stay
+        same = known is not None and known.bind_time_ns == placement.bind_time_ns
+        pods[uid] = known if same and known is not None else _pod(placement)
+    gone = node.pods.keys() - listed.keys()
+    ended = {uid: at for uid, at in node.ended.items() if uid not in listed}
+    ended.update((uid, now_ns) for uid in gone)
+    usage = {key: u for key, u in node.usage.items() if key[0] not in gone}
+    node = replace(node, pods=pods, usage=usage, ended=ended)
+    return _with_node(state, node, _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
 
 
 def _on_allocation(state: ClusterState, ev: AllocationResult, now_ns: int) -> ClusterState:
