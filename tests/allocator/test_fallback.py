@@ -190,3 +190,25 @@ async def test_the_service_allocates_by_fallback_while_nats_is_unreachable(
         await body
     assert admission.container("main").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "4000m"
     assert (await kube.get_pod("default", "solo")).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+
+
+async def test_preferred_allocation_steers_the_kubelet_to_the_annotated_gpu_without_staging(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body())
+    await create(core, bound_pod_body("steered", {"main": [dev(GPUS[1], 1000, 10)]}, bind_time=10))
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        cache = svc.pods
+        assert cache is not None
+        await eventually(lambda: cache.get("default", "steered"), what="the plugin's watch holds the pod")
+        admission = await kubelet.admit(await kube.get_pod("default", "steered"))
+        await svc.followup.join()
+    assert admission.container("main").device_ids == (f"{GPUS[1]}-0",)  # not the kubelet's first free device
+    assert admission.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]

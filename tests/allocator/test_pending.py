@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from hami_allocator.pending import BrokenPod, PendingPod, next_pending
+from hami_allocator.pending import BrokenPod, PendingPod, next_pending, next_uuids
 from hami_common import envvars
 from hami_common.annotations import (
     BIND_PHASE,
@@ -109,3 +109,14 @@ def test_disable_control_and_priority_are_read_from_the_container() -> None:
     chosen = next_pending([msgspec.convert(body, PendingPod)], NODE, 1)
     assert chosen.grant.disable_control
     assert chosen.grant.priority == 0
+
+
+def test_next_uuids_reads_the_next_grant_without_a_container_list() -> None:
+    pods = [
+        pod("later", bind=9, devices="GPU-z,NVIDIA,1,1:;"),
+        pod("p", devices="GPU-a,NVIDIA,1,1:;GPU-b,NVIDIA,1,1:;"),
+    ]
+    assert next_uuids(pods, NODE, 1) == ("GPU-a",)
+    assert next_uuids(pods, NODE, 1, inflight={"uid-p": 1}) == ("GPU-b",)
+    assert next_uuids(pods, NODE, 2) == ()
+    assert next_uuids([pod("bad", devices="GPU-a,NVIDIA:;")], NODE, 1) == ()

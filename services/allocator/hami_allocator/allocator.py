@@ -13,13 +13,13 @@ import asyncio
 import logging
 import time
 from collections import OrderedDict, deque
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from hami_allocator.followup import FollowUp, Served
 from hami_allocator.inventory import GpuSource, VirtualDevice, virtual_devices
-from hami_allocator.pending import BrokenPod, NodePods, next_pending
+from hami_allocator.pending import BrokenPod, NodePods, PodLike, next_pending, next_uuids
 from hami_common import logkeys, spans
 from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
 from hami_common.errors import InvalidInput, NotFound, TransientError
@@ -74,6 +74,7 @@ class Allocator:
         self.followup = followup
         self.pods = pods
         self.fallback_timeout = fallback_timeout
+        self.known_pods: Callable[[], Iterable[PodLike]] = tuple  # the node's pods, as a watch holds them
         self.gone = GoneSet()
         self.inflight: dict[str, int] = {}  # containers served whose to-allocate entry is not erased yet
         self.served_staged = 0
@@ -222,15 +223,18 @@ class Allocator:
     # --- GetPreferredAllocation ------------------------------------------------------------------------------
 
     def preferred(self, available: Sequence[str], must_include: Sequence[str], size: int) -> list[str]:
-        """IDs of the physical GPUs the next staged container was granted, then the kubelet's own order.
+        """IDs of the physical GPUs the next container was granted, then the kubelet's own order.
 
-        Advisory only (the answer's UUIDs come from the placement, not from these IDs); without a staged
-        answer it keeps the kubelet's order, so it never calls the apiserver.
+        Advisory only (the answer's UUIDs come from the placement, not from these IDs). The grant is read from
+        the staged answer, else from the pods the plugin's watch holds (``known_pods``): never the apiserver.
         """
         devices = self.devices()
         chosen = list(dict.fromkeys(must_include))
         peeked = self.store.peek(size, gone=self.gone)
-        wanted = list(peeked.container.device_uuids) if peeked is not None else []
+        if peeked is not None:
+            wanted: Sequence[str] = peeked.container.device_uuids
+        else:
+            wanted = next_uuids(self.known_pods(), self.node, size, inflight=self.inflight, gone=self.gone)
         for uuid in wanted:
             if len(chosen) >= size:
                 break

@@ -13,7 +13,7 @@ containers' ``env`` (``CUDA_DISABLE_CONTROL``), which the shared pod type does n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -44,7 +44,9 @@ __all__ = [
     "PendingContainer",
     "PendingPod",
     "PendingPodSpec",
+    "PodLike",
     "next_pending",
+    "next_uuids",
     "pod_grant",
 ]
 
@@ -118,14 +120,24 @@ class BrokenPod(InvalidInput):
         self.reason = reason
 
 
-def _bind_time(pod: PendingPod) -> int:
+class PodLike(Protocol):
+    """What choosing a pending pod reads: the shared ``Pod`` of a watch cache and :class:`PendingPod` both are."""
+
+    @property
+    def metadata(self) -> ObjectMeta: ...
+
+    @property
+    def status(self) -> PodStatus: ...
+
+
+def _bind_time(pod: PodLike) -> int:
     try:
         return int(pod.metadata.annotations.get(BIND_TIME, ""))
     except ValueError:
         return 0
 
 
-def _is_candidate(pod: PendingPod, node: str, gone: Container[str]) -> bool:
+def _is_candidate(pod: PodLike, node: str, gone: Container[str]) -> bool:
     ann = pod.metadata.annotations
     return (
         pod.status.phase == PENDING
@@ -203,3 +215,25 @@ def next_pending(
         )
     detail = f" ({'; '.join(wanted)})" if wanted else ""
     raise NotFound(f"no pending device allocation for {device_count} device(s) on node {node}{detail}")
+
+
+def next_uuids(
+    pods: Iterable[PodLike],
+    node: str,
+    device_count: int,
+    *,
+    inflight: Mapping[str, int] | None = None,
+    gone: Container[str] = (),
+) -> tuple[str, ...]:
+    """The GPU UUIDs :func:`next_pending` would grant next, from pods already at hand (a watch cache): what
+    GetPreferredAllocation maps onto the kubelet's IDs, as HAMi's does. Empty when none is known; never raises."""
+    served = inflight or {}
+    for pod in sorted((p for p in pods if _is_candidate(p, node, gone)), key=_bind_time):
+        try:
+            devices = decode_pod_devices(pod.metadata.annotations.get(DEVICES_TO_ALLOCATE, ""))
+        except AnnotationError:
+            continue
+        left = [entry for entry in devices if entry][served.get(pod.metadata.uid, 0) :]
+        if left and len(left[0]) == device_count:
+            return tuple(d.uuid for d in left[0])
+    return ()

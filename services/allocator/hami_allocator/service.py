@@ -99,6 +99,7 @@ class AllocatorService:
         if kube is not None:
             self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
             self.pods.add_handler(self._on_pod)
+            self.allocator.known_pods = self.pods.items
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.obj
