@@ -290,20 +290,22 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
     parser.add_argument("--client", metavar="SOCKET", help=argparse.SUPPRESS)  # the kubelet-side child
     parser.add_argument("--rounds", type=int, default=300, help="timed rounds per path")
-    parser.add_argument("--node-pods", type=int, default=30, help="other pods bound to the benchmark node")
-    parser.add_argument("--cluster-pods", type=int, default=300, help="pods on other nodes of the cluster")
+    parser.add_argument("--node-pods", type=int, help="other pods bound to the benchmark node (30; quick: 10)")
+    parser.add_argument("--cluster-pods", type=int, help="pods on other nodes of the cluster (300; quick: 30)")
     args = parser.parse_args()
     if args.client:
         asyncio.run(_client(args.client))
         return 0
     rounds = 20 if args.quick else args.rounds
+    node_pods = args.node_pods if args.node_pods is not None else (10 if args.quick else 30)
+    cluster_pods = args.cluster_pods if args.cluster_pods is not None else (30 if args.quick else 300)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="allocbench") as tmp:
-        result = asyncio.run(_bench(rounds, Path(tmp), args.node_pods, args.cluster_pods))
+        result = asyncio.run(_bench(rounds, Path(tmp), node_pods, cluster_pods))
     speedup = result["fallback_p50_ms"] / result["staged_p50_ms"] if result["staged_p50_ms"] else float("inf")
     print(
-        f"Allocate latency over {rounds} rounds per path (ms); {args.node_pods} other pods on the node, "
-        f"{args.cluster_pods} on other nodes:"
+        f"Allocate latency over {rounds} rounds per path (ms); {node_pods} other pods on the node, "
+        f"{cluster_pods} on other nodes:"
     )
     print(f"  {'path':<10}{'p50':>10}{'p99':>10}")
     print(f"  {'staged':<10}{result['staged_p50_ms']:>10.3f}{result['staged_p99_ms']:>10.3f}")
