@@ -16,7 +16,7 @@ import yaml
 
 from hami_common.inventory import decode_fake_inventory
 from hami_common.settings import ENV_PREFIX, load
-from tests.deploy.manifests import REPO_ROOT
+from tests.deploy.manifests import DEPLOY, REPO_ROOT
 from tests.deploy.test_components import SchedulerConfiguration
 from tests.deploy.test_settings import SETTINGS, settings_class
 
@@ -119,3 +119,12 @@ def test_sample_pod_is_valid_and_asks_for_a_gpu_slice() -> None:
     pod = yaml.safe_load((COMPOSE_DIR / "sample-pod.yaml").read_text())
     kubernetes_validate.validate(pod, kubernetes_validate.latest_version(), strict=True)
     assert any(k.startswith("nvidia.com/") for k in pod["spec"]["containers"][0]["resources"]["limits"])
+
+
+def test_k3s_scheduler_manages_the_same_resources_as_the_cluster_scheduler(compose: dict[str, Any]) -> None:
+    cluster = yaml.safe_load((DEPLOY / "kustomize" / "base" / "scheduler" / "kube-scheduler.yaml").read_text())
+    local = yaml.safe_load((COMPOSE_DIR / "kube-scheduler.yaml").read_text())
+    (cluster_extender,) = cluster["extenders"]
+    (local_extender,) = local["extenders"]
+    for key in ("managedResources", "filterVerb", "bindVerb", "nodeCacheCapable", "httpTimeout"):
+        assert local_extender[key] == cluster_extender[key], key
