@@ -11,7 +11,10 @@ connection, so seeding is awaited exactly (no lost messages before its subscript
 Also measured, in-process on the same state: building the families plus rendering them with the service's
 own text renderer, and with prometheus_client's ``generate_latest`` over an equivalent Collector.
 
-    python benchmarks/metrics_scrape.py [--quick] [--nodes 1000] [--gpus 8] [--containers 4]
+    python benchmarks/metrics_scrape.py [--quick] [--nodes 1000] [--gpus 8] [--containers 4] [--shards 1]
+
+With ``--shards N`` the nodes are split over N aggregators (one process here; in a cluster, N pods) and
+``scrape_ms`` is the median over every shard's scrapes, ``series`` the sum.
 
 The last line is JSON with ``scrape_ms`` (median over the scrapes, with ``Accept-Encoding: gzip`` as Prometheus
 sends it, timed to the last byte) and ``series``.
@@ -41,7 +44,7 @@ from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.events import ContainerPlacement, NodeInventory, PlacedDevice, PlacementDecision
 from hami_common.settings import BusSettings
-from hami_metrics.aggregator import Aggregator
+from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.app import create_app
 from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import BuildInfo, Scrape, collect
@@ -82,20 +85,26 @@ def usage(node: str, gpu: str, uid: str, now_ns: int, tick: int) -> UsageReport:
     )  # fmt: skip
 
 
-async def seed(bus: Bus, aggregator: Aggregator, shape: Shape) -> tuple[int, float]:
-    """Publish the cluster, batch by batch, each batch awaited until folded; (messages, seconds)."""
+async def seed(bus: Bus, aggregators: list[Aggregator], shape: Shape) -> tuple[int, float]:
+    """Publish the cluster, batch by batch, each batch awaited until folded; (messages, seconds).
+
+    Inventories go first: a shard subscribes to a node's other subjects when it folds its inventory.
+    """
     start = time.perf_counter()
     now = time.time_ns()
     sent = 0
-    batch: list[tuple[str, object]] = []
+    expected = [agg.state.applied for agg in aggregators]
+    batch: list[tuple[str, str, object]] = []
 
     async def flush() -> None:
         nonlocal sent, batch
-        for subject, event in batch:
+        for node, subject, event in batch:
             await bus.publish(subject, event)  # type: ignore[arg-type]
+            expected[next(i for i, agg in enumerate(aggregators) if agg.shard.owns(node))] += 1
         sent += len(batch)
         batch = []
-        await asyncio.wait_for(aggregator.wait_applied(sent), 120)
+        waits = (agg.wait_applied(n) for agg, n in zip(aggregators, expected, strict=True))
+        await asyncio.wait_for(asyncio.gather(*waits), 120)
 
     for n in range(shape.nodes):
         node = shape.node(n)
@@ -105,20 +114,24 @@ async def seed(bus: Bus, aggregator: Aggregator, shape: Shape) -> tuple[int, flo
             )
             for g in range(shape.gpus)
         )
-        batch.append((subjects.inventory(node), NodeInventory(node=node, devices=devices, at_ns=now)))
+        batch.append((node, subjects.inventory(node), NodeInventory(node=node, devices=devices, at_ns=now)))
+    await flush()
+    for n in range(shape.nodes):
+        node = shape.node(n)
         for g in range(shape.gpus):
             sample = DeviceSample(node=node, device_uuid=shape.gpu(n, g), index=g, name="A100-SXM4-80GB",
                                   memory_used_bytes=16000 * MIB, utilization_percent=60, at_ns=now)  # fmt: skip
-            batch.append((subjects.usage(node), sample))
-        if len(batch) >= SEED_BATCH:
-            await flush()
+            batch.append((node, subjects.usage(node), sample))
+    await flush()
     for node, gpu, uid in shape.pods():
         placed = ContainerPlacement(
             name="main", devices=(PlacedDevice(uuid=gpu, type="NVIDIA", usedmem_mib=4000, usedcores=25),)
         )
-        batch.append((subjects.placement(node), PlacementDecision(pod_uid=uid, namespace="bench", name=uid, node=node,
-                                                                  containers=(placed,), bind_time_ns=now)))  # fmt: skip
-        batch.append((subjects.usage(node), usage(node, gpu, uid, now, 0)))
+        decision = PlacementDecision(
+            pod_uid=uid, namespace="bench", name=uid, node=node, containers=(placed,), bind_time_ns=now
+        )
+        batch.append((node, subjects.placement(node), decision))
+        batch.append((node, subjects.usage(node), usage(node, gpu, uid, now, 0)))
         if len(batch) >= SEED_BATCH:
             await flush()
     await flush()
@@ -182,61 +195,78 @@ async def serving(bus: Bus, settings: MetricsSettings, aggregator: Aggregator) -
         sock.close()
 
 
-async def run(shape: Shape, scrapes: int, period_s: float, compare: bool) -> dict[str, object]:
+async def run(shape: Shape, scrapes: int, period_s: float, compare: bool, shards: int) -> dict[str, object]:
     with EmbeddedNats() as nats:
-        settings = MetricsSettings(nats_url=nats.url, node_staleness_s=3600, usage_staleness_s=3600)
-        aggregator = Aggregator(settings.retention())
-        async with await Bus.connect(BusSettings(nats_url=nats.url, service_name="bench")) as bus:
-            async with serving(bus, settings, aggregator) as (host, port):
+        aggregators: list[Aggregator] = []
+        async with (
+            await Bus.connect(BusSettings(nats_url=nats.url, service_name="bench")) as bus,
+            contextlib.AsyncExitStack() as stack,
+        ):
+            targets: list[str] = []
+            for index in range(shards):
+                settings = MetricsSettings(
+                    nats_url=nats.url, node_staleness_s=3600, usage_staleness_s=3600,
+                    shard_index=index, shard_count=shards,
+                )  # fmt: skip
+                aggregator = Aggregator(settings.retention(), shard=Shard(index, shards))
+                host, port = await stack.enter_async_context(serving(bus, settings, aggregator))
                 async with httpx.AsyncClient(base_url=f"http://{host}:{port}", timeout=60) as client:
                     assert (await client.get("/healthz")).status_code == 200  # waits for the lifespan
-                sent, seed_s = await seed(bus, aggregator, shape)
-                print(f"seeded {sent} messages in {seed_s:.1f}s ({sent / seed_s:.0f}/s folded)")
-                await raw_get(host, port, "/metrics")  # the first scrape fills the label cache
+                aggregators.append(aggregator)
+                targets.append(f"{host}:{port}")
+            sent, seed_s = await seed(bus, aggregators, shape)
+            print(f"seeded {sent} messages in {seed_s:.1f}s ({sent / seed_s:.0f}/s folded)")
+            for target in targets:
+                target_host, target_port = target.rsplit(":", 1)
+                await raw_get(target_host, int(target_port), "/metrics")  # the first scrape fills the caches
 
-                counter = [0]
-                applied_before = aggregator.state.applied
-                publisher = asyncio.create_task(keep_publishing(bus, shape, period_s, counter))
-                began = time.perf_counter()
-                # The scraper is another process, as Prometheus is: this one only serves, folds and publishes.
-                scraper = await asyncio.create_subprocess_exec(
-                    sys.executable, __file__, "--scrape", f"{host}:{port}", "--scrapes", str(scrapes),
-                    stdout=asyncio.subprocess.PIPE,
-                )  # fmt: skip
-                out, _ = await scraper.communicate()
-                measured = json.loads(out.decode().strip().splitlines()[-1])
-                times, series, body_bytes = measured["times"], measured["series"], measured["body_bytes"]
-                plain_ms, gzip_bytes = measured["plain_ms"], measured["gzip_bytes"]
-                elapsed = time.perf_counter() - began
-                publisher.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await publisher
-                folded = aggregator.state.applied - applied_before
+            counter = [0]
+            applied_before = sum(agg.state.applied for agg in aggregators)
+            publisher = asyncio.create_task(keep_publishing(bus, shape, period_s, counter))
+            began = time.perf_counter()
+            # The scraper is another process, as Prometheus is: this one only serves, folds and publishes.
+            scraper = await asyncio.create_subprocess_exec(
+                sys.executable, __file__, "--scrape", ",".join(targets), "--scrapes", str(scrapes),
+                stdout=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, _ = await scraper.communicate()
+            measured = json.loads(out.decode().strip().splitlines()[-1])
+            times, per_target = measured["times"], measured["series"]
+            series, body_bytes = sum(per_target), measured["body_bytes"]
+            plain_ms, gzip_bytes = measured["plain_ms"], measured["gzip_bytes"]
+            elapsed = time.perf_counter() - began
+            publisher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await publisher
+            folded = sum(agg.state.applied for agg in aggregators) - applied_before
 
-            state = aggregator.snapshot()
-            scrape = Scrape(now_ns=time.time_ns(), build=BuildInfo(version="bench"))
+        state = aggregators[0].snapshot()
+        scrape = Scrape(now_ns=time.time_ns(), build=BuildInfo(version="bench"))
+        t0 = time.perf_counter()
+        families = collect(state, scrape)
+        collect_ms = (time.perf_counter() - t0) * 1000
+        renderer = TextRenderer()
+        renderer.render(families)
+        t0 = time.perf_counter()
+        renderer.render(collect(state, scrape))
+        render_ms = (time.perf_counter() - t0) * 1000
+        client_ms = None
+        if compare:
+            registry = CollectorRegistry(auto_describe=False)
+            registry.register(FamilyCollector(lambda: collect(state, scrape)))
             t0 = time.perf_counter()
-            families = collect(state, scrape)
-            collect_ms = (time.perf_counter() - t0) * 1000
-            renderer = TextRenderer()
-            renderer.render(families)
-            t0 = time.perf_counter()
-            renderer.render(collect(state, scrape))
-            render_ms = (time.perf_counter() - t0) * 1000
-            client_ms = None
-            if compare:
-                registry = CollectorRegistry(auto_describe=False)
-                registry.register(FamilyCollector(lambda: collect(state, scrape)))
-                t0 = time.perf_counter()
-                generate_latest(registry)
-                client_ms = (time.perf_counter() - t0) * 1000
+            generate_latest(registry)
+            client_ms = (time.perf_counter() - t0) * 1000
 
-    print(f"cluster: {shape.nodes} nodes x {shape.gpus} GPUs x {shape.containers} containers per GPU")
+    print(
+        f"cluster: {shape.nodes} nodes x {shape.gpus} GPUs x {shape.containers} containers per GPU, {shards} shard(s)"
+    )
     print(f"scrapes over HTTP with gzip, as Prometheus asks (ms): {', '.join(f'{t:.0f}' for t in times)}")
     print(f"one scrape without compression: {plain_ms:.0f} ms")
-    print(f"series {series}, body {body_bytes / 1e6:.1f} MB ({gzip_bytes / 1e6:.1f} MB gzip)")
+    print(f"series {series} ({', '.join(map(str, per_target))} per shard), body {body_bytes / 1e6:.1f} MB "
+          f"({gzip_bytes / 1e6:.1f} MB gzip)")  # fmt: skip
     print(f"usage reports published during the scrapes: {counter[0]} ({counter[0] / elapsed:.0f}/s), folded {folded}")
-    print(f"in-process: collect {collect_ms:.0f} ms, collect+render (warm cache) {render_ms:.0f} ms", end="")
+    print(f"in-process, shard 0: collect {collect_ms:.0f} ms, collect+render (warm cache) {render_ms:.0f} ms", end="")
     load = os.getloadavg()[0]
     print(f", prometheus_client {client_ms:.0f} ms" if client_ms is not None else "")
     return {
@@ -244,6 +274,8 @@ async def run(shape: Shape, scrapes: int, period_s: float, compare: bool) -> dic
         "scrape_ms_max": round(max(times), 1),
         "plain_scrape_ms": round(plain_ms, 1),
         "series": series,
+        "shards": shards,
+        "series_per_shard": per_target,
         "body_mb": round(body_bytes / 1e6, 1),
         "gzip_mb": round(gzip_bytes / 1e6, 2),
         "collect_ms": round(collect_ms, 1),
@@ -257,16 +289,24 @@ async def run(shape: Shape, scrapes: int, period_s: float, compare: bool) -> dic
     }
 
 
-async def scrape_only(target: str, scrapes: int) -> dict[str, object]:
-    """The scraper process: ``scrapes`` GETs as Prometheus sends them (gzip), then one uncompressed GET."""
-    host, port = target.rsplit(":", 1)
+async def scrape_only(targets: str, scrapes: int) -> dict[str, object]:
+    """The scraper process: for each target (shard) in turn, ``scrapes`` GETs as Prometheus sends them
+    (gzip), then one uncompressed GET per target. Sizes are summed over targets."""
+    addresses = [(host, int(port)) for host, port in (t.rsplit(":", 1) for t in targets.split(","))]
     times: list[float] = []
-    gzip_bytes = 0
+    gzip_bytes = body_bytes = 0
     for _ in range(scrapes):
-        ms, _, gzip_bytes = await raw_get(host, int(port), "/metrics", encoding="gzip")
-        times.append(ms)
-    plain_ms, body, body_bytes = await raw_get(host, int(port), "/metrics")
-    series = sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#"))
+        for host, port in addresses:
+            ms, _, _ = await raw_get(host, port, "/metrics", encoding="gzip")
+            times.append(ms)
+    series: list[int] = []
+    plain_ms = 0.0
+    for host, port in addresses:
+        _, _, size = await raw_get(host, port, "/metrics", encoding="gzip")
+        gzip_bytes += size
+        ms, body, size = await raw_get(host, port, "/metrics")
+        plain_ms, body_bytes = max(plain_ms, ms), body_bytes + size
+        series.append(sum(1 for line in body.split(b"\n") if line and not line.startswith(b"#")))
     return {"times": times, "series": series, "body_bytes": body_bytes, "plain_ms": plain_ms, "gzip_bytes": gzip_bytes}
 
 
@@ -280,6 +320,7 @@ def main() -> None:
     parser.add_argument("--scrapes", type=int, default=5)
     parser.add_argument("--period", type=float, default=10.0, help="seconds between two reports of a container")
     parser.add_argument("--no-compare", action="store_true", help="skip the prometheus_client comparison")
+    parser.add_argument("--shards", type=int, default=1, help="aggregators splitting the nodes by node-name hash")
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
     if args.scrape:
@@ -287,7 +328,7 @@ def main() -> None:
         return
     nodes, scrapes = (100, 3) if args.quick else (args.nodes, args.scrapes)
     shape = Shape(nodes=nodes, gpus=args.gpus, containers=args.containers)
-    summary = asyncio.run(run(shape, scrapes, args.period, compare=not args.no_compare))
+    summary = asyncio.run(run(shape, scrapes, args.period, compare=not args.no_compare, shards=args.shards))
     print(json.dumps(summary))
 
 
