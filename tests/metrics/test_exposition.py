@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import subprocess
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hami_common.events import AdmissionEvent, AllocationResult, ContainerPlacement, PlacedDevice, PlacementDecision
+from hami_common.events import AdmissionEvent, ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import AnyFamily, BuildInfo, Family, HistogramFamily, RowGroup, Scrape, collect
-from hami_metrics.messages import DeviceSample, UsageReport
+from hami_metrics.messages import AllocationReport, DeviceSample, PlacementReport, UsageReport
 from hami_metrics.state import ClusterState, Event, apply
 from hami_metrics.textformat import TextRenderer
 
@@ -20,17 +21,22 @@ from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse,
 BUILD = BuildInfo(version="0.1.0", revision="abc", build_date="2026-01-01")
 
 
-def populated(pod_name_suffix: str = "") -> ClusterState:
+def populated() -> ClusterState:
     """A state that makes every family carry samples."""
     events: list[object] = [
         inventory(),
-        placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30))),
+        PlacementReport(
+            **msgspec.structs.asdict(
+                placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30)))
+            ),
+            filter_ns=2_000_000, bind_ns=9_000_000, handoff_wait_ns=4_000_000,
+        ),
         usage("u1", GPU_A, context_bytes=1, module_bytes=2, buffer_bytes=3, last_kernel_at_s=START_NS // 10**9 - 2),
         usage("u2", GPU_B),
         DeviceSample(node=NODE, device_uuid=GPU_A, index=0, name="A100", memory_used_bytes=7, at_ns=START_NS),
         AdmissionEvent(pod_uid="u1", namespace="team-a", name="p", allowed=True, gpu_containers=1, at_ns=START_NS),
-        AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
-                         staged=False, at_ns=START_NS + 10**8),
+        AllocationReport(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
+                         staged=False, at_ns=START_NS + 10**8, allocate_ns=30_000_000),
     ]  # fmt: skip
     state = ClusterState()
     for event in events:

@@ -11,7 +11,7 @@ from hami_common import subjects
 from hami_common.bus import Bus
 from hami_common.events import AdmissionEvent, AllocationResult, UsageSample
 from hami_metrics.aggregator import Shard
-from hami_metrics.messages import DeviceSample, NodePods, PodEnded
+from hami_metrics.messages import AllocationReport, DeviceSample, NodePods, PlacementReport, PodEnded
 from hami_metrics.settings import MetricsSettings
 
 from .conftest import (
@@ -302,3 +302,20 @@ async def test_a_roster_on_the_bus_heals_a_lost_pod_end_and_a_missed_placement(s
     await served.publish(subjects.usage(NODE), NodePods(node=NODE, pods=(missed,), at_ns=START_NS))
     pods = series(await served.scrape(), "hami_vgpu_memory_allocated_bytes")
     assert {dict(lb)["pod"]: v for lb, v in pods.items()} == {"pod-u2": 2000 * MIB}
+
+
+async def test_reported_timings_fill_the_filter_bind_handoff_and_allocate_histograms(served: Served) -> None:
+    placed = placement("u1", container("main", (GPU_A, 1, 1)))
+    report = PlacementReport(**msgspec.structs.asdict(placed), filter_ns=3_000_000, bind_ns=20_000_000,
+                             handoff_wait_ns=15_000_000)  # fmt: skip
+    await served.publish(subjects.placement(NODE), report)
+    await served.publish(
+        subjects.allocated(NODE),
+        AllocationReport(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
+                         staged=True, at_ns=START_NS, allocate_ns=400_000),
+    )  # fmt: skip
+    samples = await served.scrape()
+    assert series(samples, "hami_scheduling_filter_seconds_sum") == {frozenset(): 0.003}
+    assert series(samples, "hami_scheduling_bind_seconds_bucket")[labels(le="0.025")] == 1
+    assert series(samples, "hami_scheduling_handoff_wait_seconds_count") == {frozenset(): 1}
+    assert series(samples, "hami_scheduling_allocate_seconds_bucket")[labels(path="staged", le="0.001")] == 1

@@ -182,6 +182,23 @@ BIND_TO_ALLOCATE: Final = FamilySpec(
     "From bind to the device plugin's Allocate answer for each container: how long the node hand-off is held",
     Kind.HISTOGRAM, ("path",), const_labels=(),
 )  # fmt: skip
+FILTER: Final = FamilySpec(
+    "hami_scheduling_filter_seconds", "The extender's /filter call that chose the pod's node (when reported)",
+    Kind.HISTOGRAM, (), const_labels=(),
+)  # fmt: skip
+BIND: Final = FamilySpec(
+    "hami_scheduling_bind_seconds", "The extender's /bind call, from request to published placement (when reported)",
+    Kind.HISTOGRAM, (), const_labels=(),
+)  # fmt: skip
+HANDOFF_WAIT: Final = FamilySpec(
+    "hami_scheduling_handoff_wait_seconds",
+    "Time a bind waited for the node hand-off, i.e. the previous pod's Allocate on that node (when reported)",
+    Kind.HISTOGRAM, (), const_labels=(),
+)  # fmt: skip
+ALLOCATE: Final = FamilySpec(
+    "hami_scheduling_allocate_seconds", "The device plugin's Allocate call, by path (when reported)",
+    Kind.HISTOGRAM, ("path",), const_labels=(),
+)  # fmt: skip
 BUS_DELIVERY_LAG: Final = FamilySpec(
     "hami_bus_delivery_lag_seconds",
     "From an event's timestamp at its publisher to its arrival at the aggregator, by subject kind",

@@ -15,17 +15,29 @@ see a pod's end; until they move into ``hami_common.events`` they are defined he
   (for example with every inventory). It heals what core NATS may lose: a missed ``PodEnded`` (the pod is
   not listed) and the placements an aggregator missed while it was down (they are listed).
 
-All four travel on ``hami.usage.<node>`` (only node agents publish there), so consumers of that subject
+The four above travel on ``hami.usage.<node>`` (only node agents publish there), so consumers of that subject
 decode :data:`UsageMessage`, a tagged union.
+
+Two more readers add optional timings to existing messages (same tags, so every current message decodes):
+:class:`PlacementReport` (the extender's filter and bind times and how long the bind waited for the node
+hand-off) and :class:`AllocationReport` (how long the plugin took to answer Allocate).
 """
 
 from __future__ import annotations
 
 from typing import TypeAlias
 
-from hami_common.events import BusEvent, PlacementDecision, UsageSample
+from hami_common.events import AllocationResult, BusEvent, PlacementDecision, UsageSample
 
-__all__ = ["DeviceSample", "NodePods", "PodEnded", "UsageMessage", "UsageReport"]
+__all__ = [
+    "AllocationReport",
+    "DeviceSample",
+    "NodePods",
+    "PlacementReport",
+    "PodEnded",
+    "UsageMessage",
+    "UsageReport",
+]
 
 
 class UsageReport(UsageSample, frozen=True, kw_only=True):
@@ -70,3 +82,17 @@ class NodePods(BusEvent, frozen=True, kw_only=True, tag="node-pods"):
 
 
 UsageMessage: TypeAlias = UsageReport | DeviceSample | PodEnded | NodePods
+
+
+class PlacementReport(PlacementDecision, frozen=True, kw_only=True):
+    """A ``placement`` message with the extender's timings for this pod, when it sends them."""
+
+    filter_ns: int | None = None  # the /filter call that chose the node
+    bind_ns: int | None = None  # the /bind call, from request to published decision
+    handoff_wait_ns: int | None = None  # of which waiting for the node hand-off (the previous pod's Allocate)
+
+
+class AllocationReport(AllocationResult, frozen=True, kw_only=True):
+    """An ``allocated`` message with the plugin's own Allocate duration, when it sends it."""
+
+    allocate_ns: int | None = None

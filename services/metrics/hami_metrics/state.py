@@ -35,10 +35,19 @@ from hami_common.events import (
     PlacementDecision,
     UsageSample,
 )
-from hami_metrics.histogram import Histogram
 from hami_metrics.messages import DeviceSample, NodePods, PodEnded, UsageReport
 from hami_metrics.nodemap import NodeMap
 from hami_metrics.podusage import PodDevice, collapse
+from hami_metrics.schedpath import (
+    KIND_INVENTORY,
+    KIND_USAGE,
+    NS_PER_S,
+    PathStats,
+    on_admission,
+    on_allocation,
+    on_placement,
+    with_lag,
+)
 
 __all__ = [
     "NS_PER_S",
@@ -54,25 +63,9 @@ __all__ = [
     "apply",
 ]
 
-NS_PER_S: Final = 1_000_000_000
-
-# The bus kinds whose delivery lag is measured (label values of hami_bus_delivery_lag_seconds).
-KIND_ADMISSION: Final = "admission"
-KIND_PLACEMENT: Final = "placement"
-KIND_ALLOCATED: Final = "allocated"
-KIND_INVENTORY: Final = "inventory"
-KIND_USAGE: Final = "usage"
 
 UUID_LABEL_CHARS: Final = 40  # the monitor labels a device by the first 40 characters of its UUID
 COLLAPSED_CONTAINER_INDEX: Final = "0"  # the scheduler cache holds one collapsed entry per pod
-
-PATH_STAGED: Final = "staged"
-PATH_FALLBACK: Final = "fallback"
-RESULT_OK: Final = "ok"
-RESULT_FAILED: Final = "failed"
-ADMISSION_MUTATED: Final = "mutated"
-ADMISSION_ALLOWED: Final = "allowed"
-ADMISSION_DENIED: Final = "denied"
 
 Event: TypeAlias = (
     AdmissionEvent
@@ -167,27 +160,11 @@ class NodeState:
 
 
 @dataclass(frozen=True, slots=True)
-class PathStats:
-    """Cumulative scheduling-path figures (counters and histograms only grow)."""
-
-    admissions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (namespace, result) -> n
-    placements: int = 0
-    allocations: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (path, result) -> n
-    admission_to_bind: Histogram = field(default_factory=Histogram)
-    bind_to_allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
-    delivery_lag: Mapping[str, Histogram] = field(default_factory=dict)  # bus kind -> seconds
-    pending_admissions: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # uid -> (at_ns, seen_ns)
-
-
-@dataclass(frozen=True, slots=True)
 class ClusterState:
     nodes: NodeMap[NodeState] = field(default_factory=NodeMap)
     path: PathStats = field(default_factory=PathStats)
     nodes_expired: int = 0
     applied: int = 0
-
-
-_EMPTY_HISTOGRAM: Final = Histogram()
 
 
 # --- folding ------------------------------------------------------------------------------------------
@@ -235,18 +212,9 @@ def _with_node(state: ClusterState, node: NodeState, path: PathStats | None = No
     return _next(state, state.path if path is None else path, state.nodes.set(node.name, node))
 
 
-def _lag(path: PathStats, kind: str, at_ns: int, now_ns: int) -> PathStats:
-    lag = dict(path.delivery_lag)
-    lag[kind] = lag.get(kind, _EMPTY_HISTOGRAM).observe(max(now_ns - at_ns, 0) / NS_PER_S)
-    p = path
-    return PathStats(
-        p.admissions, p.placements, p.allocations, p.admission_to_bind, p.bind_to_allocate, lag, p.pending_admissions
-    )
-
-
 def _on_usage(state: ClusterState, ev: UsageSample, now_ns: int) -> ClusterState:
     node = state.nodes.get(ev.node) or NodeState(name=ev.node, last_seen_ns=now_ns)
-    path = _lag(state.path, KIND_USAGE, ev.at_ns, now_ns)
+    path = with_lag(state.path, KIND_USAGE, ev.at_ns, now_ns)
     if ev.pod_uid in node.ended:  # a late sample of a pod already gone: keep it gone
         return _with_node(state, replace(node, last_seen_ns=now_ns), path)
     key = (ev.pod_uid, ev.container, ev.device_uuid)
@@ -307,7 +275,7 @@ def _on_device_sample(state: ClusterState, ev: DeviceSample, now_ns: int) -> Clu
         memory_utilization_percent=ev.memory_utilization_percent,
         seen_ns=now_ns,
     )
-    return _with_node(state, replace(node, host=host), _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
+    return _with_node(state, replace(node, host=host), with_lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
 
 
 def _on_pod_ended(state: ClusterState, ev: PodEnded, now_ns: int) -> ClusterState:
@@ -317,22 +285,16 @@ def _on_pod_ended(state: ClusterState, ev: PodEnded, now_ns: int) -> ClusterStat
     ended = dict(node.ended)
     ended[ev.pod_uid] = now_ns
     node = replace(node, pods=pods, usage=usage, ended=ended)
-    return _with_node(state, node, _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
+    return _with_node(state, node, with_lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
 
 
 def _on_inventory(state: ClusterState, ev: NodeInventory, now_ns: int) -> ClusterState:
     node = replace(_seen(state, ev.node, now_ns), devices=tuple(Device.from_info(d) for d in ev.devices))
-    return _with_node(state, node, _lag(state.path, KIND_INVENTORY, ev.at_ns, now_ns))
+    return _with_node(state, node, with_lag(state.path, KIND_INVENTORY, ev.at_ns, now_ns))
 
 
 def _on_placement(state: ClusterState, ev: PlacementDecision, now_ns: int) -> ClusterState:
-    path = _lag(state.path, KIND_PLACEMENT, ev.bind_time_ns, now_ns)
-    pending = path.pending_admissions.get(ev.pod_uid)
-    if pending is not None:
-        remaining = {uid: v for uid, v in path.pending_admissions.items() if uid != ev.pod_uid}
-        to_bind = path.admission_to_bind.observe(max(ev.bind_time_ns - pending[0], 0) / NS_PER_S)
-        path = replace(path, pending_admissions=remaining, admission_to_bind=to_bind)
-    path = replace(path, placements=path.placements + 1)
+    path = on_placement(state.path, ev, now_ns)
     # The extender publishes placements: they do not prove the node alive, so an unknown node starts its
     # staleness clock now and a known one keeps its own.
     node = state.nodes.get(ev.node) or NodeState(name=ev.node, last_seen_ns=now_ns)
@@ -372,34 +334,14 @@ def _on_node_pods(state: ClusterState, ev: NodePods, now_ns: int) -> ClusterStat
     ended.update((uid, now_ns) for uid in gone)
     usage = {key: u for key, u in node.usage.items() if key[0] not in gone}
     node = replace(node, pods=pods, usage=usage, ended=ended)
-    return _with_node(state, node, _lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
+    return _with_node(state, node, with_lag(state.path, KIND_USAGE, ev.at_ns, now_ns))
 
 
 def _on_allocation(state: ClusterState, ev: AllocationResult, now_ns: int) -> ClusterState:
     node = _seen(state, ev.node, now_ns)
-    path = _lag(state.path, KIND_ALLOCATED, ev.at_ns, now_ns)
-    route = PATH_STAGED if ev.staged else PATH_FALLBACK
-    allocations = dict(path.allocations)
-    key = (route, RESULT_OK if ev.ok else RESULT_FAILED)
-    allocations[key] = allocations.get(key, 0) + 1
-    path = replace(path, allocations=allocations)
     pod = node.pods.get(ev.pod_uid)
-    if pod is not None:
-        waits = dict(path.bind_to_allocate)
-        waits[route] = waits.get(route, Histogram()).observe(max(ev.at_ns - pod.bind_time_ns, 0) / NS_PER_S)
-        path = replace(path, bind_to_allocate=waits)
-    return _with_node(state, node, path)
+    return _with_node(state, node, on_allocation(state.path, ev, None if pod is None else pod.bind_time_ns, now_ns))
 
 
 def _on_admission(state: ClusterState, ev: AdmissionEvent, now_ns: int) -> ClusterState:
-    path = _lag(state.path, KIND_ADMISSION, ev.at_ns, now_ns)
-    result = ADMISSION_DENIED if not ev.allowed else ADMISSION_MUTATED if ev.mutated else ADMISSION_ALLOWED
-    admissions = dict(path.admissions)
-    key = (ev.namespace, result)
-    admissions[key] = admissions.get(key, 0) + 1
-    path = replace(path, admissions=admissions)
-    if ev.allowed and ev.gpu_containers > 0:  # only GPU pods reach our bind
-        pending = dict(path.pending_admissions)
-        pending[ev.pod_uid] = (ev.at_ns, now_ns)
-        path = replace(path, pending_admissions=pending)
-    return _next(state, path)
+    return _next(state, on_admission(state.path, ev, now_ns))
