@@ -118,6 +118,7 @@ class AllocatorService:
 def _config(s: AllocatorSettings) -> NodeAllocationConfig:
     return NodeAllocationConfig(
         hook_path=s.hook_path,
+        libvgpu_host_path=s.libvgpu,
         limits_host_dir=s.limits_dir,
         device_memory_scaling=s.device_memory_scaling,
         core_policy=s.core_policy,

@@ -30,6 +30,7 @@ class AllocatorSettings(BusSettings, KubeSettings):
     preferred_allocation: bool = setting(True, "offer GetPreferredAllocation to the kubelet")
     staging_dir: str = setting(DEFAULT_STAGING_DIR, "node-local staging store shared with the node agent")
     hook_path: str = setting("/usr/local", "host directory holding vgpu/libvgpu.so (HAMi's HOOK_PATH)")
+    libvgpu: str = setting("", "host file mounted as libvgpu.so, e.g. a versioned one (empty: $HOOK/vgpu/libvgpu.so)")
     limits_dir: str = setting("", "host directory of the per-container limits files (empty: $HOOK/vgpu/limits)")
     device_memory_scaling: float = setting(1.0, "deviceMemoryScaling; above 1 sets CUDA_OVERSUBSCRIBE")
     core_policy: str = setting("default", "gpuCorePolicy: default, force or disable")
