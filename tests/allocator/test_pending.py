@@ -6,6 +6,8 @@ from typing import Any
 
 import msgspec
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hami_allocator.pending import BrokenPod, PendingPod, next_pending, next_uuids
 from hami_common import envvars
@@ -120,3 +122,14 @@ def test_next_uuids_reads_the_next_grant_without_a_container_list() -> None:
     assert next_uuids(pods, NODE, 1, inflight={"uid-p": 1}) == ("GPU-b",)
     assert next_uuids(pods, NODE, 2) == ()
     assert next_uuids([pod("bad", devices="GPU-a,NVIDIA:;")], NODE, 1) == ()
+
+
+@settings(max_examples=200)
+@given(value=st.text(alphabet=st.sampled_from("GPU-ab,NVIDIA:;0123456789 x"), max_size=60))
+def test_any_device_list_is_chosen_or_refused_with_our_errors(value: str) -> None:
+    try:
+        chosen = next_pending([pod("p", devices=value)], NODE, 1)
+    except (NotFound, BrokenPod):
+        return
+    assert len(chosen.grant.devices) == 1
+    assert next_uuids([pod("p", devices=value)], NODE, 1) == (chosen.grant.devices[0].uuid,)

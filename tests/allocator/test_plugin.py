@@ -291,3 +291,21 @@ async def test_preferred_allocation_steers_the_kubelet_to_the_staged_gpu(
             pre = await DevicePluginClient(channel).pre_start(pb.PreStartContainerRequest(), deadline=5.0)
     assert list(reply.container_responses[0].deviceIDs) == [f"{GPUS[1]}-0"]
     assert pre == pb.PreStartContainerResponse()
+
+
+async def test_negative_preferred_allocation_size_is_an_invalid_argument(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+) -> None:
+    request = pb.PreferredAllocationRequest(
+        container_requests=[pb.ContainerPreferredAllocationRequest(available_deviceIDs=["x"], allocation_size=-1)]
+    )
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory):
+        await kubelet.wait_registered()
+        async with grpc.aio.insecure_channel(unix_target(str(sockdir / "vgpu.sock"))) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await DevicePluginClient(channel).preferred(request, deadline=5.0)
+    assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -104,9 +104,10 @@ class _Registration(RegistrationServicer):  # type: ignore[misc]
 class KubeletEmulator:
     """``await kubelet.start()`` … ``await kubelet.stop()``; or ``async with KubeletEmulator(dir) as kubelet``."""
 
-    def __init__(self, plugin_dir: Path | str, *, node: str = "") -> None:
+    def __init__(self, plugin_dir: Path | str, *, node: str = "", dial_timeout: float = DIAL_TIMEOUT_S) -> None:
         self.plugin_dir = Path(plugin_dir)
         self.node = node
+        self.dial_timeout = dial_timeout
         self.plugins: dict[str, PluginView] = {}
         self.admitted: dict[str, PodAdmission] = {}
         self.registrations = 0
@@ -164,9 +165,9 @@ class KubeletEmulator:
         channel = grpc.aio.insecure_channel(unix_target(str(self.plugin_dir / request.endpoint)))
         client = DevicePluginClient(channel)
         try:
-            async with asyncio.timeout(DIAL_TIMEOUT_S):
+            async with asyncio.timeout(self.dial_timeout):
                 await channel.channel_ready()
-            options = await client.options(deadline=DIAL_TIMEOUT_S)
+            options = await client.options(deadline=self.dial_timeout)
         except BaseException:
             await channel.close()
             raise
