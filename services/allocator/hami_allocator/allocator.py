@@ -10,6 +10,7 @@ to :class:`.followup.FollowUp` and happens after the reply.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections import OrderedDict, deque
@@ -155,8 +156,9 @@ class Allocator:
             self.inflight[served.pod_uid] = self.inflight.get(served.pod_uid, 0) + 1
         self.followup.expect()
         self._trace(served, started)
-        self.latencies_ms[served.staged].append((time.time_ns() - started) / 1e6)
-        return allocation, served
+        elapsed_ns = time.time_ns() - started
+        self.latencies_ms[served.staged].append(elapsed_ns / 1e6)
+        return allocation, dataclasses.replace(served, allocate_ns=elapsed_ns)
 
     def follow_up(self, served: Served) -> None:
         """Hand a served container to the follow-up worker (after its reply is sent)."""
