@@ -42,13 +42,19 @@ from prometheus_client import CollectorRegistry, generate_latest
 from hami_common import subjects
 from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, EmbeddedNats
-from hami_common.events import ContainerPlacement, NodeInventory, PlacedDevice, PlacementDecision
+from hami_common.events import (
+    ContainerPlacement,
+    DeviceSample,
+    NodeInventory,
+    PlacedDevice,
+    PlacementDecision,
+    UsageSample,
+)
 from hami_common.settings import BusSettings
 from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.app import create_app
 from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import BuildInfo, Scrape, collect
-from hami_metrics.messages import DeviceSample, UsageReport
 from hami_metrics.settings import MetricsSettings
 from hami_metrics.textformat import TextRenderer
 
@@ -76,8 +82,8 @@ class Shape:
                     yield self.node(n), self.gpu(n, g), f"pod-{n:05d}-{g}-{c}"
 
 
-def usage(node: str, gpu: str, uid: str, now_ns: int, tick: int) -> UsageReport:
-    return UsageReport(
+def usage(node: str, gpu: str, uid: str, now_ns: int, tick: int) -> UsageSample:
+    return UsageSample(
         node=node, pod_uid=uid, namespace="bench", pod=uid, container="main", device_uuid=gpu,
         used_bytes=(1000 + tick % 1000) * MIB, limit_bytes=4000 * MIB, sm_util_percent=tick % 100,
         context_bytes=300 * MIB, module_bytes=10 * MIB, buffer_bytes=600 * MIB,

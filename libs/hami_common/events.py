@@ -8,7 +8,7 @@ Times are integers in nanoseconds since the epoch (``*_ns``); memory is in bytes
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeAlias
 
 import msgspec
 
@@ -20,9 +20,13 @@ __all__ = [
     "AllocationResult",
     "BusEvent",
     "ContainerPlacement",
+    "DeviceSample",
     "NodeInventory",
+    "NodePods",
     "PlacedDevice",
     "PlacementDecision",
+    "PodEnded",
+    "UsageMessage",
     "UsageSample",
 ]
 
@@ -76,6 +80,10 @@ class PlacementDecision(BusEvent, frozen=True, kw_only=True, tag="placement"):
     node: str
     containers: tuple[ContainerPlacement, ...]
     bind_time_ns: int
+    # The extender's timings for this pod, when it measures them (the metrics service's latency histograms).
+    filter_ns: int | None = None  # the /filter call that chose the node
+    bind_ns: int | None = None  # the /bind call, from request to published decision
+    handoff_wait_ns: int | None = None  # of which waiting for the node hand-off (the previous pod's Allocate)
 
 
 class AllocationResult(BusEvent, frozen=True, kw_only=True, tag="allocated"):
@@ -91,6 +99,7 @@ class AllocationResult(BusEvent, frozen=True, kw_only=True, tag="allocated"):
     device_uuids: tuple[str, ...] = ()
     reason: str = ""
     at_ns: int
+    allocate_ns: int | None = None  # how long the plugin took to answer, when it measures it
 
 
 class NodeInventory(BusEvent, frozen=True, kw_only=True, tag="inventory"):
@@ -116,3 +125,48 @@ class UsageSample(BusEvent, frozen=True, kw_only=True, tag="usage"):
     core_limit_percent: int = 0
     priority: int = 0
     at_ns: int
+    # HAMi-core's optional figures; a publisher that lacks one leaves it None and its metric is not emitted.
+    vdevice_index: int | None = None  # the device's ordinal inside the container (the cache file's index)
+    context_bytes: int | None = None
+    module_bytes: int | None = None
+    buffer_bytes: int | None = None
+    last_kernel_at_s: int | None = None  # epoch seconds of the latest kernel launch; 0 = none yet
+
+
+class DeviceSample(BusEvent, frozen=True, kw_only=True, tag="device-usage"):
+    """One physical GPU's host-wide figures from NVML, on ``hami.usage.<node>``."""
+
+    node: str
+    device_uuid: str
+    index: int
+    name: str  # the NVML model name, e.g. "Tesla V100-PCIE-32GB"
+    memory_used_bytes: int
+    utilization_percent: int = 0
+    memory_utilization_percent: int = 0
+    at_ns: int
+
+
+class PodEnded(BusEvent, frozen=True, kw_only=True, tag="pod-ended"):
+    """A pod is no longer on ``node`` (deleted, finished, or bound elsewhere), on ``hami.usage.<node>``."""
+
+    node: str
+    pod_uid: str
+    namespace: str = ""
+    name: str = ""
+    at_ns: int
+
+
+class NodePods(BusEvent, frozen=True, kw_only=True, tag="node-pods"):
+    """Every GPU pod on ``node`` with its placement, as the node agent knows it, on ``hami.usage.<node>``.
+
+    It heals what core NATS may lose: a missed :class:`PodEnded` (the pod is not listed) and placements
+    a consumer missed while it was down (they are listed).
+    """
+
+    node: str
+    pods: tuple[PlacementDecision, ...] = ()
+    at_ns: int
+
+
+# Everything only node agents publish on hami.usage.<node>; consumers of that subject decode this union.
+UsageMessage: TypeAlias = UsageSample | DeviceSample | PodEnded | NodePods

@@ -20,10 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, EmbeddedNats
-from hami_common.events import ContainerPlacement, NodeInventory, PlacedDevice, PlacementDecision
+from hami_common.events import ContainerPlacement, NodeInventory, PlacedDevice, PlacementDecision, UsageSample
 from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.app import create_app
-from hami_metrics.messages import UsageReport
 from hami_metrics.settings import MetricsSettings
 from hami_metrics.state import NS_PER_S
 
@@ -170,8 +169,8 @@ def container(name: str, *devices: tuple[str, int, int], init: bool = False) -> 
 
 
 def usage(uid: str, device: str = GPU_A, *, node: str = NODE, ctr: str = "main", used: int = 1 << 30,
-          at_ns: int = START_NS, **extra: int) -> UsageReport:  # fmt: skip
-    return UsageReport(
+          at_ns: int = START_NS, **extra: int) -> UsageSample:  # fmt: skip
+    return UsageSample(
         node=node, pod_uid=uid, namespace="team-a", pod=f"pod-{uid}", container=ctr, device_uuid=device,
         used_bytes=used, limit_bytes=4 << 30, sm_util_percent=30, at_ns=at_ns, **extra,
     )  # fmt: skip

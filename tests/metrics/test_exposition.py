@@ -9,10 +9,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
-from hami_common.events import AdmissionEvent, ContainerPlacement, PlacedDevice, PlacementDecision
+from hami_common.events import (
+    AdmissionEvent,
+    AllocationResult,
+    ContainerPlacement,
+    DeviceSample,
+    PlacedDevice,
+    PlacementDecision,
+    UsageSample,
+)
 from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import AnyFamily, BuildInfo, Family, HistogramFamily, RowGroup, Scrape, collect
-from hami_metrics.messages import AllocationReport, DeviceSample, PlacementReport, UsageReport
 from hami_metrics.state import ClusterState, Event, apply
 from hami_metrics.textformat import TextRenderer
 
@@ -25,17 +32,15 @@ def populated() -> ClusterState:
     """A state that makes every family carry samples."""
     events: list[object] = [
         inventory(),
-        PlacementReport(
-            **msgspec.structs.asdict(
-                placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30)))
-            ),
+        msgspec.structs.replace(
+            placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30))),
             filter_ns=2_000_000, bind_ns=9_000_000, handoff_wait_ns=4_000_000,
         ),
         usage("u1", GPU_A, context_bytes=1, module_bytes=2, buffer_bytes=3, last_kernel_at_s=START_NS // 10**9 - 2),
         usage("u2", GPU_B),
         DeviceSample(node=NODE, device_uuid=GPU_A, index=0, name="A100", memory_used_bytes=7, at_ns=START_NS),
         AdmissionEvent(pod_uid="u1", namespace="team-a", name="p", allowed=True, gpu_containers=1, at_ns=START_NS),
-        AllocationReport(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
+        AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
                          staged=False, at_ns=START_NS + 10**8, allocate_ns=30_000_000),
     ]  # fmt: skip
     state = ClusterState()
@@ -119,7 +124,7 @@ wire_int = st.integers(min_value=-(2**63), max_value=2**64 - 1)  # anything msgp
 text = st.text(max_size=20)
 nodes = st.sampled_from([NODE, "gpu-2"])
 reports = st.builds(
-    UsageReport,
+    UsageSample,
     node=nodes,
     pod_uid=text,
     namespace=text,

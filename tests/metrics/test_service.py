@@ -9,9 +9,15 @@ from hypothesis import strategies as st
 
 from hami_common import subjects
 from hami_common.bus import Bus
-from hami_common.events import AdmissionEvent, AllocationResult, UsageSample
+from hami_common.events import (
+    AdmissionEvent,
+    AllocationResult,
+    DeviceSample,
+    NodePods,
+    PodEnded,
+    UsageSample,
+)
 from hami_metrics.aggregator import Shard
-from hami_metrics.messages import AllocationReport, DeviceSample, NodePods, PlacementReport, PodEnded
 from hami_metrics.settings import MetricsSettings
 
 from .conftest import (
@@ -306,12 +312,11 @@ async def test_a_roster_on_the_bus_heals_a_lost_pod_end_and_a_missed_placement(s
 
 async def test_reported_timings_fill_the_filter_bind_handoff_and_allocate_histograms(served: Served) -> None:
     placed = placement("u1", container("main", (GPU_A, 1, 1)))
-    report = PlacementReport(**msgspec.structs.asdict(placed), filter_ns=3_000_000, bind_ns=20_000_000,
-                             handoff_wait_ns=15_000_000)  # fmt: skip
+    report = msgspec.structs.replace(placed, filter_ns=3_000_000, bind_ns=20_000_000, handoff_wait_ns=15_000_000)
     await served.publish(subjects.placement(NODE), report)
     await served.publish(
         subjects.allocated(NODE),
-        AllocationReport(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
+        AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
                          staged=True, at_ns=START_NS, allocate_ns=400_000),
     )  # fmt: skip
     samples = await served.scrape()

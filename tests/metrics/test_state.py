@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami_common.events import AdmissionEvent, AllocationResult
-from hami_metrics.messages import DeviceSample, NodePods, PodEnded
+from hami_common.events import AdmissionEvent, AllocationResult, DeviceSample, NodePods, PodEnded
 from hami_metrics.nodemap import NodeMap
 from hami_metrics.podusage import PodDevice, collapse
 from hami_metrics.staleness import Retention, expire

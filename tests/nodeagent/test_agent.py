@@ -16,13 +16,11 @@ from hami_common import subjects
 from hami_common.annotations import NODE_REGISTER, decode_node_devices
 from hami_common.bus import Bus, Delivery, EmbeddedNats, placement_stream
 from hami_common.errors import TransientError
-from hami_common.events import NodeInventory, UsageSample
+from hami_common.events import DeviceSample, NodeInventory, PodEnded, UsageMessage, UsageSample
 from hami_common.inventory import FakeInventory, NvmlInventory
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.staging import StagingStore
-from hami_metrics.messages import UsageMessage
 from hami_nodeagent.agent import NodeAgent
-from hami_nodeagent.messages import DeviceSample, PodEnded, UsageReport
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.sharedcache_writer import write_cache
 from hami_sim.waiting import eventually
@@ -119,7 +117,7 @@ async def test_agent_stages_placements_and_streams_usage(
 
 def test_usage_messages_decode_as_the_metrics_service_reads_them() -> None:
     decoder = msgspec.msgpack.Decoder(UsageMessage)
-    report = UsageReport(
+    report = UsageSample(
         node=NODE, pod_uid="u", namespace="ns", pod="p", container="c", device_uuid=UUID_A, used_bytes=5,
         limit_bytes=9, at_ns=1, vdevice_index=0, context_bytes=1, module_bytes=2, buffer_bytes=3, last_kernel_at_s=4,
     )  # fmt: skip

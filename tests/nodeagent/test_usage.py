@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hami_common import subjects
+from hami_common.events import DeviceSample, UsageSample
 from hami_common.inventory import FakeInventory
 from hami_common.kube import KubeClient
 from hami_common.sharedcache import read_shared_cache
-from hami_nodeagent.messages import DeviceSample, UsageReport
 from hami_nodeagent.pods import PodIndex, node_pod_cache
 from hami_nodeagent.usage import UsageMonitor, parse_dir_name
 from hami_sim.sharedcache_writer import CacheSpec, Memory, ProcSpec, build_cache, write_cache
@@ -57,8 +57,8 @@ def _monitor(root: Path, inventory_file: Path, pods: PodIndex, publisher: Record
     )
 
 
-def _reports(publisher: Recorder) -> list[UsageReport]:
-    return [e for _, e in publisher.sent if isinstance(e, UsageReport)]
+def _reports(publisher: Recorder) -> list[UsageSample]:
+    return [e for _, e in publisher.sent if isinstance(e, UsageSample)]
 
 
 @pytest.mark.parametrize(

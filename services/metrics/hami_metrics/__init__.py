@@ -2,8 +2,9 @@
 
 * :mod:`~hami_metrics.state` — the pure fold: ``apply(state, event, now_ns)``; :mod:`~hami_metrics.staleness`
   (``expire``), :mod:`~hami_metrics.podusage` (HAMi's per-GPU collapsing), :mod:`~hami_metrics.nodemap`.
-* :mod:`~hami_metrics.messages` — ``UsageReport``, ``DeviceSample``, ``PodEnded``: what node agents should
-  publish on ``hami.usage.<node>`` beyond ``UsageSample`` (proposed for ``hami_common.events``).
+* What it reads is :mod:`hami_common.events`: on ``hami.usage.<node>`` the ``UsageMessage`` union
+  (``UsageSample``, ``DeviceSample``, ``PodEnded``, ``NodePods``), and the optional timings of
+  ``PlacementDecision`` and ``AllocationResult``.
 * :mod:`~hami_metrics.families` — every family's name, type, help and labels (HAMi's, legacy, ours);
   :mod:`~hami_metrics.exposition` — ``collect(state, scrape)``; :mod:`~hami_metrics.textformat` — the text
   format; :mod:`~hami_metrics.collector` — the same through prometheus_client.

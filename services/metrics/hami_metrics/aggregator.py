@@ -24,8 +24,7 @@ import msgspec
 from hami_common import subjects
 from hami_common.bus import Bus, Delivery, Handler, Subscription
 from hami_common.errors import InvalidInput
-from hami_common.events import AdmissionEvent, AllocationResult, NodeInventory, PlacementDecision
-from hami_metrics.messages import AllocationReport, PlacementReport, UsageMessage
+from hami_common.events import AdmissionEvent, AllocationResult, NodeInventory, PlacementDecision, UsageMessage
 from hami_metrics.staleness import Retention, expire
 from hami_metrics.state import ClusterState, Event, apply
 
@@ -132,8 +131,8 @@ class Aggregator:
 
         usage_type = cast("type[msgspec.Struct]", UsageMessage)  # a tagged union decodes like one type
         return [
-            (subject(subjects.PLACEMENT, subjects.placement), PlacementReport, _any(self._placement_adapter)),
-            (subject(subjects.ALLOCATED, subjects.allocated), AllocationReport, _any(self._allocation_adapter)),
+            (subject(subjects.PLACEMENT, subjects.placement), PlacementDecision, _any(self._placement_adapter)),
+            (subject(subjects.ALLOCATED, subjects.allocated), AllocationResult, _any(self._allocation_adapter)),
             (subject(subjects.USAGE, subjects.usage), usage_type, _any(self._usage_adapter)),
         ]
 

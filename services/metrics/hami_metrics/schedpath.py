@@ -2,7 +2,7 @@
 
 What the events carry today gives admissions, placements, allocations by path (staged or fallback) and
 result, admission-to-bind and bind-to-Allocate times, and each event's delivery lag. The optional timings of
-:class:`~hami_metrics.messages.PlacementReport` and :class:`~hami_metrics.messages.AllocationReport` (filter,
+:class:`~hami_common.events.PlacementDecision` and :class:`~hami_common.events.AllocationResult` (filter,
 bind, hand-off wait, Allocate) are counted when publishers send them.
 """
 
@@ -14,7 +14,6 @@ from typing import Final
 
 from hami_common.events import AdmissionEvent, AllocationResult, PlacementDecision
 from hami_metrics.histogram import Histogram
-from hami_metrics.messages import AllocationReport, PlacementReport
 
 __all__ = ["PathStats", "on_admission", "on_allocation", "on_placement", "with_lag"]
 
@@ -102,7 +101,7 @@ def on_placement(path: PathStats, ev: PlacementDecision, now_ns: int) -> PathSta
     if pending is not None:
         changes["pending_admissions"] = {uid: v for uid, v in path.pending_admissions.items() if uid != ev.pod_uid}
         changes["admission_to_bind"] = path.admission_to_bind.observe(_seconds(ev.bind_time_ns - pending[0]))
-    if isinstance(ev, PlacementReport):
+    if isinstance(ev, PlacementDecision):
         for name, ns in (("filter", ev.filter_ns), ("bind", ev.bind_ns), ("handoff_wait", ev.handoff_wait_ns)):
             if ns is not None:
                 changes[name] = getattr(path, name).observe(_seconds(ns))
@@ -119,6 +118,6 @@ def on_allocation(path: PathStats, ev: AllocationResult, bind_time_ns: int | Non
     path = replace(path, allocations=allocations)
     if bind_time_ns is not None:
         path = replace(path, bind_to_allocate=_observe(path.bind_to_allocate, route, ev.at_ns - bind_time_ns))
-    if isinstance(ev, AllocationReport) and ev.allocate_ns is not None:
+    if isinstance(ev, AllocationResult) and ev.allocate_ns is not None:
         path = replace(path, allocate=_observe(path.allocate, route, ev.allocate_ns))
     return path

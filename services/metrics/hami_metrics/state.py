@@ -31,11 +31,13 @@ from hami_common.annotations import DeviceInfo
 from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
+    DeviceSample,
     NodeInventory,
+    NodePods,
     PlacementDecision,
+    PodEnded,
     UsageSample,
 )
-from hami_metrics.messages import DeviceSample, NodePods, PodEnded, UsageReport
 from hami_metrics.nodemap import NodeMap
 from hami_metrics.podusage import PodDevice, collapse
 from hami_metrics.schedpath import (
@@ -218,7 +220,7 @@ def _on_usage(state: ClusterState, ev: UsageSample, now_ns: int) -> ClusterState
     if ev.pod_uid in node.ended:  # a late sample of a pod already gone: keep it gone
         return _with_node(state, replace(node, last_seen_ns=now_ns), path)
     key = (ev.pod_uid, ev.container, ev.device_uuid)
-    extra = ev if isinstance(ev, UsageReport) else None
+    extra = ev if isinstance(ev, UsageSample) else None
     previous = node.usage.get(key)
     if extra is not None and extra.vdevice_index is not None:
         vdevice_index = extra.vdevice_index

@@ -18,12 +18,11 @@ import nats.errors
 from hami_common import logkeys, subjects
 from hami_common.bus import Bus, Subscription, placement_consumer, placement_stream
 from hami_common.errors import InvalidInput, TransientError
-from hami_common.events import PlacementDecision
+from hami_common.events import PlacementDecision, PodEnded
 from hami_common.inventory import GpuInventory, NodeDeviceConfig, apply_node_overrides, open_inventory
 from hami_common.kube import EventRecorder, KubeClient, Pod
 from hami_common.staging import StagingStore
 from hami_common.subjects import PLACEMENT_STREAM
-from hami_nodeagent.messages import PodEnded
 from hami_nodeagent.pods import PodIndex, node_pod_cache
 from hami_nodeagent.prestage import Prestager
 from hami_nodeagent.registration import Registrar

@@ -3,7 +3,7 @@
 Every ``interval`` the monitor lists ``<hook>/vgpu/containers/<podUID>_<container>/``, reads the ``*.cache``
 file of each with :func:`hami_common.sharedcache.read_shared_cache`, and publishes on ``hami.usage.<node>``:
 
-* one :class:`UsageReport` per container and device (pods this node's watch knows);
+* one :class:`UsageSample` per container and device (pods this node's watch knows);
 * one :class:`DeviceSample` per GPU with the inventory's host-wide figures.
 
 A file that is truncated, oversized or corrupt is skipped with one log line (again only when its problem
@@ -26,10 +26,10 @@ from typing import Final
 
 from hami_common import logkeys, subjects
 from hami_common.errors import HamiError, InvalidInput
+from hami_common.events import DeviceSample, UsageSample
 from hami_common.inventory import GpuInventory
 from hami_common.sharedcache import SharedCache, read_shared_cache, write_feedback
 from hami_nodeagent.feedback import FeedbackInput, plan_feedback
-from hami_nodeagent.messages import DeviceSample, UsageReport
 from hami_nodeagent.pods import PodIndex
 from hami_nodeagent.registration import Publisher
 
@@ -150,7 +150,7 @@ class UsageMonitor:
             for dev in cache.devices:
                 if not dev.uuid:
                     continue
-                report = UsageReport(
+                report = UsageSample(
                     node=self.node,
                     pod_uid=d.pod_uid,
                     namespace=pod.metadata.namespace,
