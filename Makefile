@@ -27,7 +27,7 @@ test: $(STAMP) native protos
 run: $(STAMP) native protos
 	$(BIN)/hami up
 
-lint: $(STAMP)
+lint: $(STAMP) protos
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy

@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hami_allocator.api.rpc import HEALTHY, DevicePluginClient, pb, unix_target
-from hami_allocator.followup import TimedAllocationResult
 from hami_allocator.inventory import MAX_DEVICE_ID, DeclaredInventory
 from hami_common import envvars, subjects
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus, Delivery
+from hami_common.events import AllocationResult
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore, entry_name
 from hami_sim.kubelet import KubeletEmulator
@@ -132,12 +132,12 @@ async def test_allocation_result_is_published_on_the_nodes_subject(
     inventory: DeclaredInventory,
     bus: Bus,
 ) -> None:
-    results: asyncio.Queue[TimedAllocationResult] = asyncio.Queue()
+    results: asyncio.Queue[AllocationResult] = asyncio.Queue()
 
-    async def on_result(event: TimedAllocationResult, delivery: Delivery) -> None:
+    async def on_result(event: AllocationResult, delivery: Delivery) -> None:
         await results.put(event)
 
-    await bus.subscribe(subjects.allocated(NODE), TimedAllocationResult, on_result)
+    await bus.subscribe(subjects.allocated(NODE), AllocationResult, on_result)
     stage(store, grant_of(UID_A, ("main", ((GPUS[0], 1000, 10),))), alloc_config, 1)
     async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, publisher=bus):
         await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)

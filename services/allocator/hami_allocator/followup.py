@@ -41,7 +41,7 @@ from hami_common.events import AllocationResult
 from hami_common.kube import AnnotationChanges, Node, NodePatcher, Pod, PodPatcher, PodReader, retry_on_conflict
 from hami_common.tracing import context_from_annotation
 
-__all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "TimedAllocationResult", "release_node_lock"]
+__all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_lock"]
 
 log = logging.getLogger(__name__)
 
@@ -62,16 +62,6 @@ class Served:
     trace_context: str = ""
     failure: str = ""  # non-empty: the allocation of this pod failed (bind-phase failed)
     allocate_ns: int | None = None  # how long the plugin took to answer
-
-
-class TimedAllocationResult(AllocationResult, frozen=True, kw_only=True):
-    """:class:`AllocationResult` with the plugin's Allocate duration, for the metrics' Allocate histogram.
-
-    Same tag and subject; consumers that do not know the field ignore it. (When the shared type gains the
-    field itself, this subclass only repeats it.)
-    """
-
-    allocate_ns: int | None = None
 
 
 class PodAccess(PodReader, PodPatcher, Protocol):
@@ -174,7 +164,7 @@ class FollowUp:
                         raise
                     await asyncio.sleep(_RETRY_DELAY_S * 2**attempt)  # the apiserver is briefly away
         if self.publisher is not None:
-            result = TimedAllocationResult(
+            result = AllocationResult(
                 pod_uid=served.pod_uid,
                 namespace=served.namespace,
                 name=served.name,

@@ -25,7 +25,7 @@ from hami_common.allocation import NodeAllocationConfig, build_pod, from_placeme
 from hami_common.bus import Delivery
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.events import PlacementDecision
-from hami_common.staging import StagedPod, StagingStore, write_host_files
+from hami_common.staging import StagedPod, StagingStore
 from hami_common.tracing import to_annotation, tracer
 from hami_nodeagent.pods import PodIndex
 
@@ -60,8 +60,6 @@ class Prestager:
         allocations = build_pod(from_placement(decision), self.config)
         if not allocations:
             return "empty"
-        for allocation in allocations:
-            write_host_files(allocation)
         wrote = self.store.put(
             StagedPod(
                 pod_uid=decision.pod_uid,
