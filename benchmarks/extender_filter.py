@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{key:42s} {value:10.3f}", flush=True)
     print(f"(extender logs in {log_dir})")
     summary: dict[str, float | bool] = {
-        k: round(v, 3) for k, v in figures.items() if k.startswith(("filter_", "binds"))
+        k: round(v, 3) for k, v in figures.items() if k.startswith(("filter_", "handler_", "binds"))
     }
     summary["resident_per_node"] = resident
     summary["quick"] = bool(args.quick)

@@ -200,7 +200,8 @@ class Binder:
         )
         if lock.namespace and (holder is None or settled):
             return {NODE_LOCK: mine}  # the holder is gone or done: take it over
-        raise Conflict(
+        # Not Conflict: that would make the guarded write retry; a live lock of another pod is a "later".
+        raise TransientError(
             f"node {node.metadata.name} has been locked within {self.handoff.expiry:g}s: node lock contention"
         )
 
