@@ -24,7 +24,7 @@ COPY libs/ libs/
 COPY services/ services/
 # The device-plugin gRPC stubs are generated in the build, never committed.
 RUN /opt/hami/bin/pip install grpcio-tools \
- && PYTHONPATH=services/allocator /opt/hami/bin/python -m hami_allocator.api.generate \
+ && PYTHONPATH=libs /opt/hami/bin/python -m hami_common.deviceplugin.generate \
  && /opt/hami/bin/pip uninstall -y grpcio-tools \
  && /opt/hami/bin/pip install .
 

@@ -19,7 +19,7 @@ native: $(STAMP)
 
 # The device-plugin gRPC stubs are generated from the proto in the build, never edited by hand.
 protos: $(STAMP)
-	@if [ -f services/allocator/hami_allocator/api/generate.py ]; then $(BIN)/python -m hami_allocator.api.generate; fi
+	@if [ -f libs/hami_common/deviceplugin/generate.py ]; then $(BIN)/python -m hami_common.deviceplugin.generate; fi
 
 test: $(STAMP) native protos
 	$(BIN)/python -m pytest

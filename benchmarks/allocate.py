@@ -32,7 +32,6 @@ from typing import Any
 import grpc
 from kubernetes import client, config
 
-from hami_allocator.api.rpc import DevicePluginClient, pb, unix_target
 from hami_allocator.inventory import DeclaredInventory, Gpu
 from hami_allocator.server import Endpoint
 from hami_allocator.service import AllocatorService
@@ -48,6 +47,7 @@ from hami_common.annotations import (
     decode_pod_devices,
     encode_pod_devices,
 )
+from hami_common.deviceplugin.rpc import DevicePluginClient, pb, unix_target
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.resources import GPU
 from hami_common.staging import StagedPod, StagingStore

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hami_allocator.api import generate
 from hami_allocator.main import main
 from hami_allocator.service import serve
 from hami_allocator.settings import AllocatorSettings
+from hami_common.deviceplugin import generate
 from hami_common.resources import GPU
 from hami_sim.kubelet import KubeletEmulator
 
@@ -20,14 +20,14 @@ def test_generated_stubs_match_the_proto(tmp_path: Path) -> None:
     generate.generate(tmp_path)
     for name in generate.GENERATED:
         installed = generate.HERE / name
-        assert installed.exists(), f"{name} missing: run python -m hami_allocator.api.generate"
+        assert installed.exists(), f"{name} missing: run python -m hami_common.deviceplugin.generate"
         assert installed.read_text() == (tmp_path / name).read_text(), (
-            f"{name} is stale against {generate.PROTO.name}: run python -m hami_allocator.api.generate"
+            f"{name} is stale against {generate.PROTO.name}: run python -m hami_common.deviceplugin.generate"
         )
 
 
 def test_wire_names_and_field_numbers_are_the_kubelets() -> None:
-    from hami_allocator.api.rpc import pb
+    from hami_common.deviceplugin.rpc import pb
 
     service = pb.DESCRIPTOR.services_by_name["DevicePlugin"]
     assert service.full_name == "v1beta1.DevicePlugin"

@@ -7,9 +7,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from hami_allocator.api.rpc import VERSION, RegistrationClient, pb, unix_target
 from hami_allocator.inventory import DeclaredInventory
 from hami_common.allocation import NodeAllocationConfig
+from hami_common.deviceplugin.rpc import VERSION, RegistrationClient, pb, unix_target
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_sim.kubelet import KubeletEmulator

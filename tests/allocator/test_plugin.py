@@ -11,11 +11,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hami_allocator.api.rpc import HEALTHY, DevicePluginClient, pb, unix_target
 from hami_allocator.inventory import MAX_DEVICE_ID, DeclaredInventory
 from hami_common import envvars, subjects
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus, Delivery
+from hami_common.deviceplugin.rpc import HEALTHY, DevicePluginClient, pb, unix_target
 from hami_common.events import AllocationResult
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore, entry_name

@@ -8,7 +8,7 @@ import json
 from importlib import resources as importlib_resources
 from typing import Any, Final
 
-import jsonschema  # type: ignore[import-untyped]
+import jsonschema
 import kubernetes_validate
 import msgspec
 import pytest

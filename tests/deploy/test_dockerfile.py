@@ -107,7 +107,7 @@ def test_node_init_container_installs_what_the_image_ships(overlay: Rendering) -
 
 @pytest.mark.parametrize("generated", ["api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py"])
 def test_generated_stubs_are_rebuilt_not_copied(generated: str) -> None:
-    path = f"services/allocator/hami_allocator/api/{generated}"
+    path = f"libs/hami_common/deviceplugin/{generated}"
     patterns = [ln.strip() for ln in DOCKERIGNORE.read_text().splitlines() if ln.strip() and ln[0] not in "#!"]
     assert any(fnmatch.fnmatch(path, pattern) for pattern in patterns if pattern != "**")
-    assert any("hami_allocator.api.generate" in args for word, args in instructions() if word == "RUN")
+    assert any("hami_common.deviceplugin.generate" in args for word, args in instructions() if word == "RUN")

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 import grpc
 
-from hami_allocator.api.rpc import (
+from hami_common.deviceplugin.rpc import (
     HEALTHY,
     KUBELET_SOCKET,
     VERSION,

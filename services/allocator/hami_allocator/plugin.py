@@ -15,10 +15,10 @@ from typing import Any, Final, NoReturn
 import grpc
 
 from hami_allocator.allocator import Allocator
-from hami_allocator.api.rpc import HEALTHY, UNHEALTHY, DevicePluginServicer, pb
 from hami_allocator.followup import Served
 from hami_allocator.inventory import InventorySnapshot, virtual_devices
 from hami_common.allocation import ContainerResponse
+from hami_common.deviceplugin.rpc import HEALTHY, UNHEALTHY, DevicePluginServicer, pb
 from hami_common.errors import HamiError, InvalidInput, NotFound, TransientError
 
 __all__ = ["DevicePluginService", "to_pb"]

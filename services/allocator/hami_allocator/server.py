@@ -21,7 +21,7 @@ from typing import Final
 
 import grpc
 
-from hami_allocator.api.rpc import KUBELET_SOCKET, VERSION, RegistrationClient, add_device_plugin, pb, unix_target
+from hami_common.deviceplugin.rpc import KUBELET_SOCKET, VERSION, RegistrationClient, add_device_plugin, pb, unix_target
 
 __all__ = ["Endpoint", "PluginServer"]
 

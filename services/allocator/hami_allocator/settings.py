@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hami_allocator.api.rpc import DEVICE_PLUGIN_PATH
+from hami_common.deviceplugin.rpc import DEVICE_PLUGIN_PATH
 from hami_common.kube import KubeSettings
 from hami_common.resources import GPU
 from hami_common.settings import BusSettings, setting

@@ -12,8 +12,8 @@ from typing import Any, Final
 
 import grpc
 
-from hami_allocator.api import api_pb2 as pb
-from hami_allocator.api import api_pb2_grpc as pb_grpc
+from hami_common.deviceplugin import api_pb2 as pb
+from hami_common.deviceplugin import api_pb2_grpc as pb_grpc
 
 __all__ = [
     "DEVICE_PLUGIN_PATH",

@@ -1,9 +1,9 @@
 """Generate the Python stubs of the device plugin API from ``v1beta1.proto`` with grpcio-tools.
 
-``python -m hami_allocator.api.generate`` writes ``api_pb2.py``, ``api_pb2.pyi`` and ``api_pb2_grpc.py``
+``python -m hami_common.deviceplugin.generate`` writes ``api_pb2.py``, ``api_pb2.pyi`` and ``api_pb2_grpc.py``
 beside this file (the root Makefile runs it before the tests; the files are build output, ignored by
 git). ``--out DIR`` writes them elsewhere, which is how a test checks that the installed ones are fresh.
-The proto is compiled as ``hami_allocator/api/api.proto`` so the generated modules import each other by
+The proto is compiled as ``hami_common/deviceplugin/api.proto`` so the generated modules import each other by
 their package path; the wire names come from ``package v1beta1`` and do not depend on the file name.
 """
 
@@ -23,10 +23,10 @@ __all__ = ["GENERATED", "PROTO", "generate", "main"]
 
 HERE: Final = Path(__file__).resolve().parent
 PROTO: Final = HERE / "v1beta1.proto"
-PACKAGE_DIR: Final = Path("hami_allocator") / "api"
+PACKAGE_DIR: Final = Path("hami_common") / "deviceplugin"
 GENERATED: Final = ("api_pb2.py", "api_pb2.pyi", "api_pb2_grpc.py")
 # Generated code is not ours to lint: the gRPC plugin emits untyped Python (typed callers go through
-# hami_allocator.api.rpc) and the .pyi leaves generic Mappings bare.
+# hami_common.deviceplugin.rpc) and the .pyi leaves generic Mappings bare.
 _HEADER: Final = "# mypy: ignore-errors\n# ruff: noqa\n"
 
 
