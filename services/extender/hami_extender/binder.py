@@ -102,6 +102,7 @@ class Binder:
     call_timeout: float = 10.0
     _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
     unlock_failures: int = 0
+    _releasing: set[tuple[str, str]] = field(default_factory=set)  # holds ended, lock annotation not yet removed
 
     # --- bind ------------------------------------------------------------------------------------------------
 
@@ -193,6 +194,8 @@ class Binder:
             seconds=self.handoff.expiry
         ):
             return {NODE_LOCK: mine}
+        if (lock.namespace, lock.name) in self._releasing:
+            return {NODE_LOCK: mine}  # its hold has ended here; the annotation is only not removed yet
         holder = self.cached_pod(lock.namespace, lock.name) if lock.namespace else None
         settled = holder is not None and holder.metadata.annotations.get(BIND_PHASE) in (
             BIND_PHASE_SUCCESS,
@@ -210,7 +213,11 @@ class Binder:
     def _end_hold(self, uid: str) -> None:
         hold = self.handoff.release(uid)
         if hold is not None:
-            self._unlocks.put_nowait((hold.node, hold.namespace, hold.name))
+            self._unlock(hold.node, hold.namespace, hold.name)
+
+    def _unlock(self, node: str, namespace: str, name: str) -> None:
+        self._releasing.add((namespace, name))
+        self._unlocks.put_nowait((node, namespace, name))
 
     def pod_done(self, uid: str) -> None:
         """The pod was deleted, finished, or its bind phase settled: its hold ends now."""
@@ -220,7 +227,7 @@ class Binder:
         """One AllocationResult from the bus."""
         hold = self.handoff.served(uid, ok)
         if hold is not None:
-            self._unlocks.put_nowait((hold.node, hold.namespace, hold.name))
+            self._unlock(hold.node, hold.namespace, hold.name)
 
     async def run_unlocks(self) -> None:
         """Remove HAMi's lock annotation of ended holds (owned by the lifespan)."""
@@ -241,3 +248,5 @@ class Binder:
             except (HamiError, TimeoutError) as err:
                 self.unlock_failures += 1
                 log.warning("lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})
+            finally:
+                self._releasing.discard((namespace, name))
