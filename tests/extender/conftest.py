@@ -42,7 +42,7 @@ def settings(emulator: KubeApiEmulator, nats_server: EmbeddedNats, tmp_path: Pat
     )
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
@@ -79,7 +79,7 @@ class Served:
 @asynccontextmanager
 async def serve(settings: ExtenderSettings) -> AsyncIterator[Served]:
     """Serve an extender with these settings over real HTTP until the block ends."""
-    port = _free_port()
+    port = free_port()
     app = create_app(dataclasses.replace(settings, http_port=port))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False))
     task = asyncio.create_task(server.serve())
