@@ -28,7 +28,6 @@ import contextlib
 import json
 import logging
 import os
-import socket
 import statistics
 import sys
 import time
@@ -57,6 +56,7 @@ from hami_metrics.collector import FamilyCollector
 from hami_metrics.exposition import BuildInfo, Scrape, collect
 from hami_metrics.settings import MetricsSettings
 from hami_metrics.textformat import TextRenderer
+from hami_sim.net import listening_socket
 
 MIB = 1 << 20
 SEED_BATCH = 2000
@@ -186,9 +186,7 @@ async def raw_get(host: str, port: int, path: str, encoding: str = "identity") -
 
 @contextlib.asynccontextmanager
 async def serving(bus: Bus, settings: MetricsSettings, aggregator: Aggregator) -> AsyncIterator[tuple[str, int]]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
+    sock = listening_socket()
     server = uvicorn.Server(
         uvicorn.Config(create_app(settings, aggregator=aggregator, bus=bus), log_config=None, access_log=False)
     )

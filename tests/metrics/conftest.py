@@ -25,6 +25,7 @@ from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.app import create_app
 from hami_metrics.settings import MetricsSettings
 from hami_metrics.state import NS_PER_S
+from hami_sim.net import listening_socket
 
 START_NS = 1_800_000_000 * NS_PER_S
 PROMTOOL_INSTALL_TIMEOUT_S = 240
@@ -83,11 +84,7 @@ class Served:
 
 
 def free_socket() -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(64)
-    return sock
+    return listening_socket()
 
 
 @contextlib.asynccontextmanager

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from kubernetes import client, config
 
 from hami_common.kube import KubeClient, KubeSettings
 from hami_sim.kubeapi import KubeApiEmulator
+from hami_sim.net import listening_socket
 from hami_sim.scheduler import SchedulerDriver
 from hami_sim.waiting import eventually
 
@@ -81,8 +81,7 @@ async def kube(emulator: KubeApiEmulator, tmp_path: Path) -> AsyncIterator[KubeC
 
 
 def serve(app: FastAPI) -> tuple[str, uvicorn.Server, threading.Thread]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock = listening_socket()
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()

@@ -20,7 +20,7 @@ from hami_sim.kubeapi._errors import ApiError, bad_request, gone, status_body
 from hami_sim.kubeapi._handlers import Handlers
 from hami_sim.kubeapi._resources import ResourceType, find
 from hami_sim.kubeapi._selectors import SelectorError, parse_field_selector, parse_label_selector
-from hami_sim.kubeapi._store import Store
+from hami_sim.kubeapi._store import Store, object_key
 from hami_sim.kubeapi._table import to_table, wants_table
 
 __all__ = ["create_app"]
@@ -215,17 +215,16 @@ class Api:
         return self.store.list_matching(target.rt, target.namespace, labels, fields)
 
     def list(self, request: Request, target: Target) -> Response:
-        items, rv = self._select(request, target)
+        labels, fields = self._selectors(request, target)
         query = request.query_params
-        metadata: JsonObj = {"resourceVersion": str(rv)}
         start = query.get("continue")
-        if start:
-            items = [o for o in items if _sort_key(o) > tuple(start.split("/", 1))]
-        limit = query.get("limit")
-        if limit and limit.isdigit() and 0 < int(limit) < len(items):
-            remaining = len(items) - int(limit)
-            items = items[: int(limit)]
-            metadata["continue"] = "/".join(_sort_key(items[-1]))
+        after = _continue_key(start) if start else None
+        limit_text = query.get("limit") or ""
+        limit = int(limit_text) if limit_text.isdigit() and int(limit_text) > 0 else None
+        items, rv, remaining = self.store.list_page(target.rt, target.namespace, labels, fields, after, limit)
+        metadata: JsonObj = {"resourceVersion": str(rv)}
+        if remaining and items:
+            metadata["continue"] = "/".join(object_key(items[-1]))
             metadata["remainingItemCount"] = remaining
         if wants_table(request.headers.get("accept", "")):
             table = to_table(target.rt, items, str(rv), query.get("includeObject", "PartialObjectMetadata"))
@@ -298,9 +297,10 @@ class Api:
         return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}}
 
 
-def _sort_key(obj: JsonObj) -> tuple[str, str]:
-    metadata = obj.get("metadata") or {}
-    return (metadata.get("namespace", ""), metadata.get("name", ""))
+def _continue_key(token: str) -> tuple[str, str]:
+    """The (namespace, name) a ``continue`` token names; the list resumes after it."""
+    namespace, _, name = token.rpartition("/")
+    return (namespace, name)
 
 
 def _line(kind: str, obj: JsonObj) -> bytes:

@@ -15,6 +15,7 @@ import uvicorn
 
 from hami_sim.kubeapi._app import create_app
 from hami_sim.kubeapi._store import Store
+from hami_sim.net import listening_socket
 
 __all__ = ["KubeApiEmulator"]
 
@@ -62,11 +63,8 @@ class KubeApiEmulator:
     def start(self) -> Self:
         if self.running:
             return self
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.host, self.port))
+        sock = listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
-        sock.listen(128)
         app = create_app(self.store, f"{self.host}:{self.port}", self.bookmark_interval, self.requests)
         config = uvicorn.Config(
             app,

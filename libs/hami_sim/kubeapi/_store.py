@@ -119,6 +119,26 @@ class Store:
             items = [copy.deepcopy(obj) for obj in self._select(rt, namespace, labels, fields)]
             return items, self._rv
 
+    def list_page(
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        labels: LabelSelector,
+        fields: FieldSelector,
+        after: tuple[str, str] | None,
+        limit: int | None,
+    ) -> tuple[list[JsonObj], int, int]:
+        """One page in (namespace, name) order after ``after``: (items, resourceVersion, items remaining).
+
+        Only the page is copied, so paging through a large list costs linear, not quadratic, time.
+        """
+        with self._lock:
+            matching = [
+                obj for obj in self._select(rt, namespace, labels, fields) if after is None or object_key(obj) > after
+            ]
+            page = matching if limit is None else matching[:limit]
+            return [copy.deepcopy(obj) for obj in page], self._rv, len(matching) - len(page)
+
     def _select(
         self, rt: ResourceType, namespace: str | None, labels: LabelSelector, fields: FieldSelector
     ) -> Iterator[JsonObj]:
@@ -308,3 +328,9 @@ def find_kind(obj: JsonObj) -> ResourceType | None:
         if rt.kind == obj.get("kind") and rt.api_version == obj.get("apiVersion"):
             return rt
     return None
+
+
+def object_key(obj: JsonObj) -> tuple[str, str]:
+    """The (namespace, name) order of lists and the position a ``continue`` token names."""
+    metadata = obj.get("metadata") or {}
+    return (metadata.get("namespace", ""), metadata.get("name", ""))
