@@ -6,12 +6,22 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.settings import BusSettings
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 SHARED_FIXTURES = REPO_ROOT.parent / "shared" / "fixtures"
+
+
+@pytest.fixture(autouse=True)
+def _restore_tracer_provider() -> Iterator[None]:
+    """OpenTelemetry's tracer provider is process-global: a test that installs one must not leak it into
+    the next (a later test would then see recording spans, and trace annotations, it did not ask for)."""
+    saved = (trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE._done)
+    yield
+    trace._TRACER_PROVIDER, trace._TRACER_PROVIDER_SET_ONCE._done = saved
 
 
 @pytest.fixture

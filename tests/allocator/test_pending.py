@@ -75,11 +75,19 @@ def test_next_pending_picks_hamis_candidate(pods: list[PendingPod], expected: st
 def test_containers_served_but_not_yet_erased_are_skipped() -> None:
     two = pod("p", devices="GPU-a,NVIDIA,100,10:;GPU-b,NVIDIA,200,20:;", containers=("a", "b"))
     first = next_pending([two], NODE, 1)
-    second = next_pending([two], NODE, 1, inflight={"uid-p": 1})
+    second = next_pending([two], NODE, 1, inflight={"uid-p": {"a"}})
     assert (first.grant.name, first.complete) == ("a", False)
     assert (second.grant.name, second.grant.devices[0].uuid, second.complete) == ("b", "GPU-b", True)
     with pytest.raises(NotFound):
-        next_pending([two], NODE, 1, inflight={"uid-p": 2})
+        next_pending([two], NODE, 1, inflight={"uid-p": {"a", "b"}})
+
+
+def test_a_served_container_is_skipped_whether_or_not_the_listing_shows_it_erased() -> None:
+    before = pod("p", devices="GPU-a,NVIDIA,100,10:;GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;", containers=("a", "b"))
+    after = pod("p", devices=";GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;;", containers=("a", "b"))
+    for listing in (before, after):
+        chosen = next_pending([listing], NODE, 2, inflight={"uid-p": {"a"}})
+        assert (chosen.grant.name, chosen.complete) == ("b", True)
 
 
 def test_no_candidate_gives_hamis_message() -> None:
@@ -116,10 +124,10 @@ def test_disable_control_and_priority_are_read_from_the_container() -> None:
 def test_next_uuids_reads_the_next_grant_without_a_container_list() -> None:
     pods = [
         pod("later", bind=9, devices="GPU-z,NVIDIA,1,1:;"),
-        pod("p", devices="GPU-a,NVIDIA,1,1:;GPU-b,NVIDIA,1,1:;"),
+        pod("p", devices="GPU-a,NVIDIA,1,1:;GPU-b,NVIDIA,1,1:;", containers=("a", "b")),
     ]
     assert next_uuids(pods, NODE, 1) == ("GPU-a",)
-    assert next_uuids(pods, NODE, 1, inflight={"uid-p": 1}) == ("GPU-b",)
+    assert next_uuids(pods, NODE, 1, inflight={"uid-p": {"a"}}) == ("GPU-b",)
     assert next_uuids(pods, NODE, 2) == ()
     assert next_uuids([pod("bad", devices="GPU-a,NVIDIA:;")], NODE, 1) == ()
 

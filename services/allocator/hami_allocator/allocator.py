@@ -77,7 +77,9 @@ class Allocator:
         self.fallback_timeout = fallback_timeout
         self.known_pods: Callable[[], Iterable[PodLike]] = tuple  # the node's pods, as a watch holds them
         self.gone = GoneSet()
-        self.inflight: dict[str, int] = {}  # containers served whose to-allocate entry is not erased yet
+        # Names of the containers served per pod, kept until the pod is gone: whether a pod listing shows an
+        # entry erased or not yet, a served container is never offered again.
+        self.inflight: dict[str, set[str]] = {}
         self.served_staged = 0
         self.served_fallback = 0
         # Recent in-plugin latencies of answered containers, in ms, by path: what a metric or a benchmark reads.
@@ -108,16 +110,9 @@ class Allocator:
     # --- gone pods, erased entries -------------------------------------------------------------------------
 
     def forget(self, uid: str) -> None:
-        """The pod is gone: never serve it, stop counting its unerased entries."""
+        """The pod is gone: never serve it, forget which of its containers were served."""
         self.gone.add(uid)
         self.inflight.pop(uid, None)
-
-    def erased(self, uid: str) -> None:
-        left = self.inflight.get(uid, 0) - 1
-        if left > 0:
-            self.inflight[uid] = left
-        else:
-            self.inflight.pop(uid, None)
 
     # --- Allocate ----------------------------------------------------------------------------------------
 
@@ -153,7 +148,7 @@ class Allocator:
             except OSError as err:
                 # Not counted as served: the annotation entry stays, and the kubelet's retry takes the fallback.
                 raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
-            self.inflight[served.pod_uid] = self.inflight.get(served.pod_uid, 0) + 1
+            self.inflight.setdefault(served.pod_uid, set()).add(served.container)
         self.followup.expect()
         self._trace(served, started)
         elapsed_ns = time.time_ns() - started

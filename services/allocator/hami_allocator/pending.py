@@ -4,7 +4,8 @@ The kubelet's ``Allocate`` does not name its pod. Without a staged answer the pl
 its node and takes, as HAMi does, a Pending pod with ``hami.io/bind-time``, ``hami.io/bind-phase``
 ``allocating`` (or ``success``) and ``hami.io/vgpu-node`` equal to this node: the oldest by bind time whose
 next entry of ``hami.io/vgpu-devices-to-allocate`` asks for the same number of devices. Entries this process
-served but has not erased yet (the erasure runs after the answer) are counted as served (``inflight``).
+served but has not erased yet (the erasure runs after the answer) are counted as served (``inflight``: the
+served containers' names per pod, so the answer is the same whether a listing predates the erasure or not).
 
 :func:`next_pending` is pure; :class:`KubeNodePods` is the adapter that reads the pods, with the
 containers' ``env`` (``CUDA_DISABLE_CONTROL``), which the shared pod type does not carry.
@@ -13,7 +14,7 @@ containers' ``env`` (``CUDA_DISABLE_CONTROL``), which the shared pod type does n
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Container, Iterable, Mapping, Sequence
+from collections.abc import Collection, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -120,11 +121,27 @@ class BrokenPod(InvalidInput):
         self.reason = reason
 
 
+class _Named(Protocol):
+    @property
+    def name(self) -> str: ...
+
+
+class _SpecLike(Protocol):
+    @property
+    def init_containers(self) -> Sequence[_Named]: ...
+
+    @property
+    def containers(self) -> Sequence[_Named]: ...
+
+
 class PodLike(Protocol):
     """What choosing a pending pod reads: the shared ``Pod`` of a watch cache and :class:`PendingPod` both are."""
 
     @property
     def metadata(self) -> ObjectMeta: ...
+
+    @property
+    def spec(self) -> _SpecLike: ...
 
     @property
     def status(self) -> PodStatus: ...
@@ -186,7 +203,7 @@ def next_pending(
     node: str,
     device_count: int,
     *,
-    inflight: Mapping[str, int] | None = None,
+    inflight: Mapping[str, Collection[str]] | None = None,
     gone: Container[str] = (),
 ) -> PendingAllocation:
     """The container of the oldest pending pod whose next unserved entry asks for ``device_count`` devices.
@@ -201,7 +218,8 @@ def next_pending(
     wanted: list[str] = []
     for pod in candidates:
         grant = pod_grant(pod)
-        left = [c for c in grant.containers if c.devices][served.get(pod.metadata.uid, 0) :]
+        done = served.get(pod.metadata.uid, ())
+        left = [c for c in grant.containers if c.devices and c.name not in done]
         if not left:
             continue
         if len(left[0].devices) != device_count:
@@ -222,7 +240,7 @@ def next_uuids(
     node: str,
     device_count: int,
     *,
-    inflight: Mapping[str, int] | None = None,
+    inflight: Mapping[str, Collection[str]] | None = None,
     gone: Container[str] = (),
 ) -> tuple[str, ...]:
     """The GPU UUIDs :func:`next_pending` would grant next, from pods already at hand (a watch cache): what
@@ -233,7 +251,9 @@ def next_uuids(
             devices = decode_pod_devices(pod.metadata.annotations.get(DEVICES_TO_ALLOCATE, ""))
         except AnnotationError:
             continue
-        left = [entry for entry in devices if entry][served.get(pod.metadata.uid, 0) :]
+        done = served.get(pod.metadata.uid, ())
+        names = [c.name for c in (*pod.spec.init_containers, *pod.spec.containers)]
+        left = [e for i, e in enumerate(devices) if e and (i >= len(names) or names[i] not in done)]
         if left and len(left[0]) == device_count:
             return tuple(d.uuid for d in left[0])
     return ()

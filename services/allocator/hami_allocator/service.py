@@ -90,7 +90,6 @@ class AllocatorService:
             followup=self.followup,
             pods=KubeNodePods(kube) if kube is not None else None,
         )
-        self.followup.on_erased = self.allocator.erased
         self.plugin = DevicePluginService(
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
         )
