@@ -1,0 +1,24 @@
+"""The local cluster behind ``hami up``, the end-to-end tests and the benchmark, assembled in one process.
+
+* :class:`LocalCluster` — NATS, the API emulator, the webhook, the extender, the metrics service, N
+  simulated nodes and the kube-scheduler stand-in; ``submit`` admits a pod through the webhook.
+* :class:`StackConfig` — its size and where its files go; :func:`inventory_document` the nodes' GPUs.
+* :mod:`~hami_sim.stack.report` renders placements and the node/GPU/pod table from typed pods and nodes.
+"""
+
+from hami_sim.stack._admission import AdmissionDenied, Admitter
+from hami_sim.stack._cluster import LocalCluster
+from hami_sim.stack._config import StackConfig, gpu_uuid, inventory_document, node_name
+from hami_sim.stack._node import Admitted, SimNode
+
+__all__ = [
+    "AdmissionDenied",
+    "Admitted",
+    "Admitter",
+    "LocalCluster",
+    "SimNode",
+    "StackConfig",
+    "gpu_uuid",
+    "inventory_document",
+    "node_name",
+]

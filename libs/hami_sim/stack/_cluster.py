@@ -1,0 +1,343 @@
+"""The whole local cluster in one process: NATS, the API emulator, every service, N simulated nodes.
+
+``async with LocalCluster(config) as cluster:`` starts, in order: a real ``nats-server`` and the
+Kubernetes API emulator (its own thread), the Node objects, the webhook (HTTPS, behind the stack's own
+CA), the extender and the metrics service (HTTP on loopback), every node (kubelet emulator, node agent,
+allocator), and the kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
+webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Final, Self
+
+from hami_common.bus import EmbeddedNats
+from hami_common.kube import Change, KubeClient, KubeSettings, Pod, WatchCache, pod_source
+from hami_common.resources import GPU
+from hami_extender.app import create_app as create_extender
+from hami_extender.ledger import Ledger
+from hami_extender.settings import ExtenderSettings
+from hami_metrics.app import create_app as create_metrics
+from hami_metrics.settings import MetricsSettings
+from hami_sim.kubeapi import KubeApiEmulator, find_resource
+from hami_sim.scheduler import Verdict
+from hami_sim.stack._admission import Admitter
+from hami_sim.stack._config import StackConfig, write_inventory
+from hami_sim.stack._http import bind_loopback, serve_app
+from hami_sim.stack._node import Admitted, NodeConnections, SimNode
+from hami_sim.stack._scheduler import AssumingDriver
+from hami_sim.stack._service import RunningService
+from hami_sim.stack._tls import TlsFiles, write_serving_certificate
+from hami_sim.waiting import eventually
+from hami_webhook.app import create_app as create_webhook
+from hami_webhook.server import serve as serve_webhook
+from hami_webhook.settings import WebhookSettings
+
+__all__ = ["LocalCluster"]
+
+log = logging.getLogger(__name__)
+
+_READY_TIMEOUT_S: Final = 120.0
+_THREADS: Final = 64  # blocking kube calls of every in-process service share the loop's default executor
+Json = dict[str, Any]
+
+
+class _Port:
+    """A loopback port kept across restarts: the first socket is bound at once, later ones on the same port."""
+
+    def __init__(self, port: int = 0) -> None:
+        self._first: socket.socket | None = bind_loopback(port)
+        self.port: int = self._first.getsockname()[1]
+
+    def socket(self) -> socket.socket:
+        sock, self._first = self._first, None
+        return sock if sock is not None else bind_loopback(self.port)
+
+    def close(self) -> None:
+        if self._first is not None:
+            self._first.close()
+            self._first = None
+
+
+class LocalCluster:
+    def __init__(self, config: StackConfig) -> None:
+        self.config = config
+        self.nats = EmbeddedNats(store_dir=None)
+        self.api = KubeApiEmulator(bookmark_interval=1.0, history=20_000)
+        self.nodes: dict[str, SimNode] = {}
+        self.submitted_at: dict[str, float] = {}  # pod uid -> time.monotonic() when admission began
+        self.admitted: dict[str, Admitted] = {}  # pod uid -> what the kubelet's Allocate calls answered
+        self.on_admitted: list[Callable[[Admitted], None]] = []
+        self.tls: TlsFiles | None = None
+        self.driver: AssumingDriver | None = None
+        self._extender_state: Mapping[str, Any] = {}
+        self._metrics_port = _Port(config.metrics_port)
+        self._webhook_port = _Port()
+        self._extender_port = _Port()
+        self._changed = asyncio.Condition()
+        self._stack = contextlib.AsyncExitStack()
+        self._services: list[RunningService] = []
+        self.scheduler: RunningService | None = None
+        self.pod_watch: RunningService | None = None
+        self._kube: KubeClient | None = None
+        self._admitter: Admitter | None = None
+
+    # --- addresses ------------------------------------------------------------------------------------
+
+    @property
+    def webhook_url(self) -> str:
+        return f"https://127.0.0.1:{self._webhook_port.port}"
+
+    @property
+    def extender_url(self) -> str:
+        return f"http://127.0.0.1:{self._extender_port.port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self._metrics_port.port}/metrics"
+
+    @property
+    def kube(self) -> KubeClient:
+        if self._kube is None:
+            raise RuntimeError("the cluster is not started")
+        return self._kube
+
+    def kube_settings(self) -> KubeSettings:
+        return KubeSettings(kubeconfig=str(self.config.kubeconfig), kube_backoff_initial=0.05, kube_backoff_max=1.0)
+
+    # --- the services ---------------------------------------------------------------------------------
+
+    def webhook_settings(self) -> WebhookSettings:
+        if self.tls is None:
+            raise RuntimeError("the cluster is not started")
+        return WebhookSettings(
+            nats_url=self.nats.url,
+            service_name="hami-webhook",
+            kubeconfig=str(self.config.kubeconfig),
+            host="127.0.0.1",
+            port=self._webhook_port.port,
+            tls_cert_file=str(self.tls.cert),
+            tls_key_file=str(self.tls.key),
+        )
+
+    def extender_settings(self) -> ExtenderSettings:
+        return ExtenderSettings(
+            nats_url=self.nats.url,
+            service_name="hami-extender",
+            http_host="127.0.0.1",
+            http_port=self._extender_port.port,
+            kubeconfig=str(self.config.kubeconfig),
+            identity="hami-extender-local",
+            node_scheduler_policy=self.config.node_policy,
+            gpu_scheduler_policy=self.config.gpu_policy,
+            sync_wait=10.0,
+        )
+
+    def metrics_settings(self) -> MetricsSettings:
+        return MetricsSettings(nats_url=self.nats.url, http_host="127.0.0.1", http_port=self._metrics_port.port)
+
+    async def _run_webhook(self, stop: asyncio.Event) -> None:
+        settings = self.webhook_settings()
+        await serve_webhook(create_webhook(settings), settings, stop, self._webhook_port.socket())
+
+    async def _run_extender(self, stop: asyncio.Event) -> None:
+        def started(state: Mapping[str, Any]) -> None:
+            self._extender_state = state
+
+        await serve_app(create_extender(self.extender_settings()), self._extender_port.socket(), stop, started)
+
+    async def _run_metrics(self, stop: asyncio.Event) -> None:
+        await serve_app(create_metrics(self.metrics_settings()), self._metrics_port.socket(), stop)
+
+    async def _run_scheduler(self, stop: asyncio.Event) -> None:
+        driver = AssumingDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
+        self.driver = driver
+        async with asyncio.TaskGroup() as tg:
+            running = tg.create_task(driver.run(), name="scheduler")
+            await stop.wait()
+            running.cancel()
+
+    async def _run_pod_watch(self, stop: asyncio.Event) -> None:
+        """The kubelets' view of the pods: one watch for every node, handing each bound pod to its node."""
+        cache = WatchCache(pod_source(self.kube), name="kubelet pods")
+        cache.add_handler(self._on_pod)
+        async with asyncio.TaskGroup() as tg:
+            watching = tg.create_task(cache.run(), name="kubelet pod watch")
+            await stop.wait()
+            watching.cancel()
+
+    def _on_pod(self, change: Change[Pod]) -> None:
+        pod = change.obj
+        node = self.nodes.get(pod.spec.node_name)
+        if node is None:
+            return
+        if change.type == "DELETED" or pod.metadata.deletion_timestamp is not None:
+            node.gone(pod.metadata.uid)
+        else:
+            node.bound(pod)
+
+    def _admitted(self, admitted: Admitted) -> None:
+        self.admitted[admitted.admission.uid] = admitted
+        for callback in self.on_admitted:
+            callback(admitted)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    # --- lifecycle ------------------------------------------------------------------------------------
+
+    def _service(self, name: str, body: Callable[[asyncio.Event], Any], tasks: asyncio.TaskGroup) -> RunningService:
+        service = RunningService(name, body, tasks)
+        self._services.append(service)
+        return service
+
+    def _seed_nodes(self) -> None:
+        nodes = find_resource("", "v1", "nodes")
+        if nodes is None:
+            raise RuntimeError("the API emulator serves no nodes")
+        devices = str(self.config.gpus_per_node * self.config.split_count)
+        for name in self.config.node_names():
+            body: Json = {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "gpu": "on"}},
+                "status": {
+                    "capacity": {GPU: devices},
+                    "allocatable": {GPU: devices},
+                    "conditions": [{"type": "Ready", "status": "True"}],
+                },
+            }
+            self.api.store.create(nodes, None, body)
+
+    async def start(self, progress: Callable[[str], None] = log.info) -> Self:
+        loop = asyncio.get_running_loop()
+        executor = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="stack")
+        loop.set_default_executor(executor)
+        stack = self._stack
+        self.config.workdir.mkdir(parents=True, exist_ok=True)
+        self.config.sockdir.mkdir(parents=True, exist_ok=True)
+        write_inventory(self.config)
+        self.tls = write_serving_certificate(self.config.workdir / "tls")
+        progress("starting nats-server and the Kubernetes API emulator")
+        await asyncio.to_thread(self.nats.start)
+        stack.callback(self.nats.close)
+        await asyncio.to_thread(self.api.start)
+        stack.callback(self.api.stop)
+        self.api.write_kubeconfig(self.config.kubeconfig)
+        self._seed_nodes()
+        self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
+        tasks = await stack.enter_async_context(asyncio.TaskGroup())
+        stack.push_async_callback(self._stop_services)
+        progress("starting the webhook, the extender and the metrics service")
+        self.webhook = self._service("webhook", self._run_webhook, tasks)
+        self.extender = self._service("extender", self._run_extender, tasks)
+        self.metrics = self._service("metrics", self._run_metrics, tasks)
+        for service in (self.webhook, self.extender, self.metrics):
+            service.start()
+        connections = NodeConnections(nats_url=self.nats.url, kubeconfig=str(self.config.kubeconfig))
+        progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs")
+        for name in self.config.node_names():
+            node = SimNode(name, self.config, connections, tasks, self._admitted)
+            self.nodes[name] = node
+            await node.start()
+            self._services.extend((node.admitter, node.allocator, node.agent))
+        self.pod_watch = self._service("kubelet pod watch", self._run_pod_watch, tasks)
+        self.pod_watch.start()
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
+        progress("device plugins registered; waiting for the nodes' GPU registration")
+        await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
+        self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
+        self.scheduler.start()
+        self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
+        stack.push_async_callback(self._admitter.close)
+        await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
+        progress("ready")
+        return self
+
+    async def _webhook_ready(self) -> bool:
+        assert self._admitter is not None
+        return await self._admitter.ready()
+
+    def ledger(self) -> Ledger | None:
+        ledger = self._extender_state.get("ledger")
+        return ledger if isinstance(ledger, Ledger) else None
+
+    def _ledger_complete(self) -> bool:
+        ledger = self.ledger()
+        return ledger is not None and all(name in ledger for name in self.nodes)
+
+    async def _stop_services(self) -> None:
+        """Scheduler first; then NATS, so no service waits out a drain; then the nodes and the control plane."""
+        first = [s for s in self._services if s in (self.scheduler, self.pod_watch)]
+        for service in first:
+            await service.stop()
+        await asyncio.to_thread(self.nats.stop)
+        nodes = [s for node in self.nodes.values() for s in (node.admitter, node.allocator, node.agent)]
+        await asyncio.gather(*(s.stop() for s in nodes))
+        await asyncio.gather(*(s.stop() for s in self._services if s not in first and s not in nodes))
+        await asyncio.gather(*(node.kubelet.stop() for node in self.nodes.values()))
+        for port in (self._metrics_port, self._webhook_port, self._extender_port):
+            port.close()
+
+    async def close(self) -> None:
+        await self._stack.aclose()
+
+    async def __aenter__(self) -> Self:
+        try:
+            return await self.start()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- using it -------------------------------------------------------------------------------------
+
+    async def submit(self, pod: Json) -> Json:
+        """Admit ``pod`` through the webhook and create it; returns the stored pod."""
+        if self._admitter is None:
+            raise RuntimeError("the cluster is not started")
+        started = time.monotonic()
+        created = await self._admitter.create(pod)
+        self.submitted_at[created["metadata"]["uid"]] = started
+        return created
+
+    async def wait_admitted(self, uids: Iterable[str]) -> dict[str, Admitted]:
+        wanted = set(uids)
+        async with self._changed:
+            await self._changed.wait_for(lambda: wanted <= self.admitted.keys())
+        return {uid: self.admitted[uid] for uid in wanted}
+
+    def verdict(self, uid: str) -> Verdict | None:
+        return None if self.driver is None else self.driver.verdicts.get(uid)
+
+    def failures(self) -> dict[str, list[BaseException]]:
+        return {s.name: s.failures for s in self._services if s.failures}
+
+    # --- chaos ----------------------------------------------------------------------------------------
+
+    async def restart_nats(self) -> None:
+        await asyncio.to_thread(self.nats.restart)
+
+    async def restart_extender(self) -> None:
+        self._extender_state = {}
+        await self.extender.restart()
+
+    async def restart_nodeagent(self, node: str) -> None:
+        await self.nodes[node].agent.restart()
+
+    async def restart_api(self) -> None:
+        """Restart the API emulator (every watch breaks) and compact its history (resumes get 410 Gone)."""
+        await asyncio.to_thread(self.api.restart)
+        self.api.compact()

@@ -1,0 +1,89 @@
+"""The shape of a local cluster: how many nodes, which GPUs, where its files go, how fast it reacts."""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import yaml
+
+__all__ = ["GPU_MODEL", "StackConfig", "gpu_uuid", "inventory_document", "node_name"]
+
+GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
+_UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2a-5b9e-4c1a-9d3e-0a4b8c7d6e5f")
+
+
+def node_name(index: int) -> str:
+    return f"gpu-node-{index}"
+
+
+def gpu_uuid(node: str, index: int) -> str:
+    """A stable, well-formed GPU UUID per (node, index), as NVML would report one."""
+    return f"GPU-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{index}')}"
+
+
+@dataclass(frozen=True, slots=True)
+class StackConfig:
+    """What ``LocalCluster`` builds. ``workdir`` holds the kubeconfig, inventory and certificates; ``sockdir``
+    the unix sockets (kept short: a socket path may not exceed 107 bytes)."""
+
+    workdir: Path
+    sockdir: Path
+    nodes: int = 4
+    gpus_per_node: int = 8
+    gpu_memory_mib: int = 81920
+    gpu_model: str = GPU_MODEL
+    split_count: int = 10
+    retry_after: float = 0.5  # the scheduler driver's backoff for pods that do not fit yet
+    stage_wait: float = 3.0  # how long a kubelet waits for the node agent's staging before it admits a pod
+    metrics_port: int = 0  # 0: a free port
+    node_policy: str = "binpack"
+    gpu_policy: str = "spread"
+
+    def node_names(self) -> tuple[str, ...]:
+        return tuple(node_name(i) for i in range(self.nodes))
+
+    def plugin_dir(self, node: str) -> Path:
+        return self.sockdir / node
+
+    def node_dir(self, node: str) -> Path:
+        return self.workdir / "nodes" / node
+
+    @property
+    def inventory_file(self) -> Path:
+        return self.workdir / "inventory.yaml"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.workdir / "kubeconfig"
+
+
+def inventory_document(config: StackConfig) -> dict[str, Any]:
+    """The fake inventory of every node: ``gpus_per_node`` identical cards, half on each NUMA node."""
+    half = max(config.gpus_per_node // 2, 1)
+    return {
+        "nodes": {
+            node: [
+                {
+                    "uuid": gpu_uuid(node, i),
+                    "index": i,
+                    "model": config.gpu_model,
+                    "memory_mib": config.gpu_memory_mib,
+                    "numa": i // half,
+                }
+                for i in range(config.gpus_per_node)
+            ]
+            for node in config.node_names()
+        }
+    }
+
+
+def write_inventory(config: StackConfig) -> Path:
+    path = config.inventory_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(yaml.safe_dump(inventory_document(config), sort_keys=False))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,169 @@
+"""One simulated GPU node: the node agent and the allocator of this checkout, and a kubelet emulator.
+
+The node agent reads the stack's fake inventory, registers the node and pre-stages placements; the
+allocator serves the device plugin API on a real unix socket; the kubelet emulator registers it, follows
+ListAndWatch and admits the pods bound here (the stack's one pod watch hands them over), calling
+``Allocate`` exactly as the kubelet's device manager does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hami_allocator.service import serve as serve_allocator
+from hami_allocator.settings import AllocatorSettings
+from hami_common.inventory import FAKE
+from hami_common.kube import Pod
+from hami_common.resources import GPU
+from hami_common.staging import StagingStore
+from hami_nodeagent.agent import serve as serve_agent
+from hami_nodeagent.settings import NodeAgentSettings
+from hami_sim.kubelet import KubeletEmulator, PodAdmission
+from hami_sim.stack._config import StackConfig
+from hami_sim.stack._service import RunningService
+from hami_sim.waiting import ConditionTimeoutError, eventually
+
+__all__ = ["Admitted", "NodeConnections", "SimNode"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeConnections:
+    """Where a node's services find NATS and the apiserver."""
+
+    nats_url: str
+    kubeconfig: str
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A pod the kubelet admitted: what every Allocate answered, and when (``time.monotonic()``)."""
+
+    node: str
+    admission: PodAdmission
+    at: float
+
+
+class SimNode:
+    def __init__(
+        self,
+        name: str,
+        config: StackConfig,
+        connections: NodeConnections,
+        tasks: asyncio.TaskGroup,
+        on_admitted: Callable[[Admitted], None],
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.connections = connections
+        self.kubelet = KubeletEmulator(config.plugin_dir(name), node=name)
+        self.agent = RunningService(f"nodeagent/{name}", self._run_agent, tasks)
+        self.allocator = RunningService(f"allocator/{name}", self._run_allocator, tasks)
+        self.admitter = RunningService(f"kubelet/{name}", self._run_admissions, tasks)
+        self._on_admitted = on_admitted
+        self._queue: asyncio.Queue[Pod] = asyncio.Queue()
+        self._seen: set[str] = set()
+        self._store = StagingStore(config.node_dir(name) / "staging")
+
+    @property
+    def devices(self) -> int:
+        """Virtual devices the allocator advertises: GPUs × split count."""
+        return self.config.gpus_per_node * self.config.split_count
+
+    def agent_settings(self) -> NodeAgentSettings:
+        node_dir = self.config.node_dir(self.name)
+        return NodeAgentSettings(
+            nats_url=self.connections.nats_url,
+            service_name=f"hami-nodeagent-{self.name}",
+            kubeconfig=self.connections.kubeconfig,
+            kube_backoff_initial=0.05,
+            kube_backoff_max=1.0,
+            node_name=self.name,
+            inventory=FAKE,
+            fake_inventory=str(self.config.inventory_file),
+            device_split_count=self.config.split_count,
+            staging_dir=str(node_dir / "staging"),
+            hook_path=str(node_dir / "hook"),
+            placement_ack_wait=5.0,
+        )
+
+    def allocator_settings(self) -> AllocatorSettings:
+        node_dir = self.config.node_dir(self.name)
+        return AllocatorSettings(
+            nats_url=self.connections.nats_url,
+            service_name=f"hami-allocator-{self.name}",
+            kubeconfig=self.connections.kubeconfig,
+            kube_backoff_initial=0.05,
+            kube_backoff_max=1.0,
+            node_name=self.name,
+            plugin_dir=str(self.config.plugin_dir(self.name)),
+            device_split_count=self.config.split_count,
+            inventory=FAKE,
+            fake_inventory=str(self.config.inventory_file),
+            staging_dir=str(node_dir / "staging"),
+            hook_path=str(node_dir / "hook"),
+            numa_topology=True,
+        )
+
+    async def _run_agent(self, stop: asyncio.Event) -> None:
+        await serve_agent(self.agent_settings(), stop)
+
+    async def _run_allocator(self, stop: asyncio.Event) -> None:
+        await serve_allocator(self.allocator_settings(), stop)
+
+    async def _until_staged(self, uid: str) -> None:
+        """Give the node agent up to ``stage_wait`` seconds to stage the pod before the kubelet asks.
+
+        A real kubelet spends at least that long between seeing a pod bound and admitting it; without the
+        pause the emulator asks within microseconds, the allocator serves the pod from its annotations, and a
+        placement staged a moment later is served again to the next pod on this node (reported upstream).
+        """
+        store = self._store
+        try:
+            await eventually(lambda: uid in store.staged_uids(), timeout=self.config.stage_wait, what="staged")
+        except ConditionTimeoutError:
+            log.info("pod %s not staged within %.1fs; the allocator falls back", uid, self.config.stage_wait)
+
+    async def _run_admissions(self, stop: asyncio.Event) -> None:
+        async def admit_forever() -> None:
+            while True:
+                pod = await self._queue.get()
+                await self._until_staged(pod.metadata.uid)
+                admission = await self.kubelet.admit(pod)
+                self._on_admitted(Admitted(self.name, admission, time.monotonic()))
+
+        async with asyncio.TaskGroup() as tg:
+            admitting = tg.create_task(admit_forever(), name=f"admit:{self.name}")
+            await stop.wait()
+            admitting.cancel()
+
+    async def start(self) -> None:
+        """Kubelet first (a plugin registers with it), then the node agent and the allocator."""
+        await self.kubelet.start()
+        self.agent.start()
+        self.allocator.start()
+        self.admitter.start()
+
+    async def wait_ready(self) -> None:
+        """Until the allocator is registered with the kubelet and advertises every virtual device."""
+        await self.kubelet.wait_devices(GPU, self.devices)
+
+    def bound(self, pod: Pod) -> None:
+        """A pod bound to this node appeared: admit it once, in arrival order."""
+        uid = pod.metadata.uid
+        if uid not in self._seen:
+            self._seen.add(uid)
+            self._queue.put_nowait(pod)
+
+    def gone(self, uid: str) -> None:
+        self.kubelet.release(uid)
+
+    async def stop(self) -> None:
+        for service in (self.admitter, self.allocator, self.agent):
+            await service.stop()
+        await self.kubelet.stop()

@@ -1,0 +1,57 @@
+"""A restartable in-process service: an async body run until its own stop event, started again on demand."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+
+__all__ = ["Body", "RunningService"]
+
+log = logging.getLogger(__name__)
+
+Body = Callable[[asyncio.Event], Awaitable[None]]
+
+
+class RunningService:
+    """One service body as a task of the stack's TaskGroup. A body that fails is logged and recorded in
+    ``failures``, never allowed to take the other services down with it."""
+
+    def __init__(self, name: str, body: Body, tasks: asyncio.TaskGroup) -> None:
+        self.name = name
+        self._body = body
+        self._tasks = tasks
+        self._stop = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self.failures: list[BaseException] = []
+        self.starts = 0
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def _guarded(self, stop: asyncio.Event) -> None:
+        try:
+            await self._body(stop)
+        except (Exception, SystemExit) as err:  # the edge of one service: log it, keep the others serving
+            log.error("%s failed: %r", self.name, err, exc_info=err)
+            self.failures.append(err)
+
+    def start(self) -> None:
+        if self.running:
+            return
+        self._stop = asyncio.Event()
+        self._task = self._tasks.create_task(self._guarded(self._stop), name=self.name)
+        self.starts += 1
+
+    async def stop(self) -> None:
+        task = self._task
+        if task is None:
+            return
+        self._stop.set()
+        await asyncio.wait({task})
+        self._task = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        self.start()
