@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import ssl
 import uuid
 from typing import Any, Final
 
@@ -89,7 +90,9 @@ class Admitter:
     """``await admitter.create(pod)``: admission through the webhook, then the create; returns the stored pod."""
 
     def __init__(self, webhook_url: str, ca_file: str, api_url: str) -> None:
-        self._webhook = httpx.AsyncClient(base_url=webhook_url, verify=ca_file, timeout=_TIMEOUT_S)
+        self._webhook = httpx.AsyncClient(
+            base_url=webhook_url, verify=ssl.create_default_context(cafile=ca_file), timeout=_TIMEOUT_S
+        )
         self._api = httpx.AsyncClient(
             base_url=api_url, timeout=_TIMEOUT_S, headers={"Content-Type": "application/json"}
         )

@@ -29,12 +29,13 @@ from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiEmulator, find_resource
 from hami_sim.scheduler import Verdict
 from hami_sim.stack._admission import Admitter
-from hami_sim.stack._config import StackConfig, write_inventory
+from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode
 from hami_sim.stack._scheduler import AssumingDriver
 from hami_sim.stack._service import RunningService
 from hami_sim.stack._tls import TlsFiles, write_serving_certificate
+from hami_sim.stack.audit import GpuCapacity
 from hami_sim.waiting import eventually
 from hami_webhook.app import create_app as create_webhook
 from hami_webhook.server import serve as serve_webhook
@@ -321,6 +322,11 @@ class LocalCluster:
 
     def verdict(self, uid: str) -> Verdict | None:
         return None if self.driver is None else self.driver.verdicts.get(uid)
+
+    def capacity(self) -> dict[str, GpuCapacity]:
+        """Every simulated GPU's UUID and what it can hold."""
+        cap = GpuCapacity(memory_mib=self.config.gpu_memory_mib, slots=self.config.split_count)
+        return {gpu_uuid(n, i): cap for n in self.config.node_names() for i in range(self.config.gpus_per_node)}
 
     def failures(self) -> dict[str, list[BaseException]]:
         return {s.name: s.failures for s in self._services if s.failures}
