@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 HAMI = str(Path(sys.executable).parent / "hami")
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -34,11 +35,35 @@ def test_unknown_command_prints_usage() -> None:
     assert "usage" in done.stderr
 
 
-@pytest.mark.timeout(90)
-def test_up_starts_nats_and_the_api_emulator_and_stops_cleanly(tmp_path: Path) -> None:
-    done = run("up", "--workdir", str(tmp_path), "--services", "", "--for", "1", timeout=60)
+@pytest.mark.timeout(120)
+def test_up_places_the_examples_serves_metrics_and_stops_cleanly(tmp_path: Path) -> None:
+    done = run(
+        "up", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2", "--metrics-port", "0",
+        "--examples", str(EXAMPLES), "--for", "1", timeout=100,
+    )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "NATS:        nats://127.0.0.1:" in done.stdout
-    assert done.stdout.rstrip().endswith("stopped.")
+    out = done.stdout
+    assert "NATS:        nats://127.0.0.1:" in out
+    assert "default/memory-mib" in out
+    assert "success" in out
+    assert "default/cannot-fit" in out
+    assert "CardInsufficientMemory" in out
+    assert "hami_* series)" in out
+    assert "not answering" not in out
+    assert "admission" in out.split("Traces:", 1)[1]
+    assert "allocate" in out.split("Traces:", 1)[1]
+    assert out.rstrip().endswith("stopped.")
     kubeconfig = json.loads((tmp_path / "kubeconfig").read_text())
     assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
+
+
+def test_submit_without_a_running_stack_says_so(tmp_path: Path) -> None:
+    done = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--workdir", str(tmp_path))
+    assert done.returncode == 1
+    assert "no running `hami up`" in done.stderr
+
+
+def test_status_without_a_running_stack_says_so(tmp_path: Path) -> None:
+    done = run("status", "--workdir", str(tmp_path))
+    assert done.returncode == 1
+    assert "no running `hami up`" in done.stderr

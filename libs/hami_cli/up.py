@@ -1,135 +1,197 @@
-"""``hami up``: the whole system on one machine, on an embedded default.
+"""``hami up``: the whole system on one machine, in this process, until Ctrl-C (or ``--for`` seconds).
 
-It starts a real ``nats-server`` and the Kubernetes API emulator, writes the emulated cluster's
-kubeconfig, then starts every service of this checkout that is installed as a separate process
-pointed at both, and supervises them until Ctrl-C (or ``--for`` seconds), when it stops everything.
+It starts a real ``nats-server``, the Kubernetes API emulator, the webhook (HTTPS), the extender, the
+metrics service and N simulated GPU nodes (node agent, allocator, kubelet emulator), plus a stand-in for
+kube-scheduler; submits the example pods through the webhook; and prints where they landed, the metrics
+URL, a trace summary and the kubeconfig of the emulated cluster. Service logs go to ``hami-up.log``.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import asyncio
+import contextlib
 import logging
-import os
 import shutil
-import subprocess
-import sys
+import signal
 import tempfile
-import threading
+import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from hami_common.bus import EmbeddedNats
-from hami_common.settings import env_name
-from hami_sim.kubeapi import KubeApiEmulator
+import httpx
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-__all__ = ["Stack", "main"]
+from hami_cli.manifests import read_pods
+from hami_cli.state import UpState, default_workdir, write_state
+from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
+from hami_common.annotations import TRACE_CONTEXT
+from hami_common.errors import HamiError
+from hami_common.service import LOG_FORMAT
+from hami_common.tracing import setup_tracing
+from hami_sim.stack import LocalCluster, StackConfig
+from hami_sim.stack.report import placement_rows, render_table, status_rows
+from hami_sim.waiting import ConditionTimeoutError, eventually
+
+__all__ = ["main"]
 
 log = logging.getLogger(__name__)
 
-# Control-plane services `hami up` runs, by console script and the module that proves it is installed.
-SERVICES: Final = (
-    ("hami-webhook", "hami_webhook.main"),
-    ("hami-extender", "hami_extender.main"),
-    ("hami-metrics", "hami_metrics.main"),
-)
-_STOP_TIMEOUT_S: Final = 10.0
-
-
-@dataclass
-class Stack:
-    """The running pieces; ``start`` and ``stop`` are idempotent."""
-
-    workdir: Path
-    nats: EmbeddedNats = field(default_factory=EmbeddedNats)
-    kube: KubeApiEmulator = field(default_factory=KubeApiEmulator)
-    children: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-
-    @property
-    def kubeconfig(self) -> Path:
-        return self.workdir / "kubeconfig"
-
-    def environment(self) -> dict[str, str]:
-        env = dict(os.environ)
-        env[env_name("nats_url")] = self.nats.url
-        env[env_name("kubeconfig")] = str(self.kubeconfig)
-        return env
-
-    def start(self, services: Sequence[str]) -> None:
-        self.nats.start()
-        self.kube.start()
-        self.kube.write_kubeconfig(self.kubeconfig)
-        bindir = Path(sys.executable).parent
-        for script, module in SERVICES:
-            name = script.removeprefix("hami-")
-            if name not in services:
-                continue
-            path = shutil.which(script, path=str(bindir)) or shutil.which(script)
-            if path is None or importlib.util.find_spec(module) is None:
-                log.warning("%s is not installed in this checkout; skipped", script)
-                continue
-            logfile = (self.workdir / f"{name}.log").open("ab")
-            self.children[name] = subprocess.Popen(
-                [path], env=self.environment(), stdout=logfile, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL
-            )
-
-    def exited(self) -> dict[str, int]:
-        return {name: code for name, proc in self.children.items() if (code := proc.poll()) is not None}
-
-    def stop(self) -> None:
-        for proc in self.children.values():
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.children.values():
-            try:
-                proc.wait(timeout=_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        self.children.clear()
-        self.kube.stop()
-        self.nats.close()
+METRICS_PORT: Final = 31993  # HAMi's monitor port
+SETTLE_S: Final = 30.0  # how long the demo waits for its examples to land before printing
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hami up", description=__doc__)
-    parser.add_argument("--workdir", type=Path, help="where kubeconfig and logs go (default: a new temp dir)")
-    parser.add_argument(
-        "--services",
-        default=",".join(s.removeprefix("hami-") for s, _ in SERVICES),
-        help="comma-separated control-plane services to run",
-    )
+    parser.add_argument("--workdir", type=Path, default=default_workdir(), help="kubeconfig, certificates, logs")
+    parser.add_argument("--nodes", type=int, default=4, help="simulated GPU nodes")
+    parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    parser.add_argument("--examples", type=Path, default=Path("examples"), help="pod YAML files to submit at start")
+    parser.add_argument("--no-examples", action="store_true", help="submit nothing")
+    parser.add_argument("--metrics-port", type=int, default=METRICS_PORT, help="0: any free port")
     parser.add_argument("--for", dest="duration", type=float, help="stop by itself after this many seconds")
     return parser
 
 
+def _log_to(path: Path) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+
+
+async def _submit_examples(cluster: LocalCluster, folder: Path) -> list[str]:
+    pods = await asyncio.to_thread(lambda: read_pods([folder]) if folder.exists() else [])
+    uids = []
+    for pod in pods:
+        name = pod.get("metadata", {}).get("name", "?")
+        try:
+            created = await cluster.submit(pod)
+        except HamiError as err:
+            print(f"  pod/{name}: {err}")
+            continue
+        uids.append(created["metadata"]["uid"])
+        print(f"  pod/{name} created")
+    return uids
+
+
+def _settled(cluster: LocalCluster, uids: list[str]) -> bool:
+    def done(uid: str) -> bool:
+        verdict = cluster.verdict(uid)
+        return uid in cluster.admitted or (verdict is not None and bool(verdict.reasons))
+
+    return all(done(uid) for uid in uids)
+
+
+def _reasons(cluster: LocalCluster, uids: list[str]) -> dict[str, str]:
+    found = {}
+    for uid in uids:
+        verdict = cluster.verdict(uid)
+        if verdict is not None and (verdict.reasons or verdict.error):
+            found[uid] = verdict.error or "; ".join(f"{n}: {r}" for n, r in sorted(verdict.reasons.items())[:2])
+    return found
+
+
+def _trace_summary(spans: Sequence[ReadableSpan], traceparent: str) -> str:
+    trace_id = int(traceparent.split("-")[1], 16)
+    mine = sorted((s for s in spans if s.context.trace_id == trace_id), key=lambda s: s.start_time or 0)
+    steps = [f"{s.name} {((s.end_time or 0) - (s.start_time or 0)) / 1e6:.1f}ms" for s in mine]
+    traces = len({s.context.trace_id for s in spans})
+    return f"{traces} traces, {len(spans)} spans; trace {trace_id:032x}:\n    " + " → ".join(steps)
+
+
+async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanExporter) -> None:
+    with contextlib.suppress(ConditionTimeoutError):
+        await eventually(lambda: _settled(cluster, uids), timeout=SETTLE_S, what="examples placed")
+    pods, _ = await cluster.kube.list_pods()
+    nodes, _ = await cluster.kube.list_nodes()
+    print("\nPlacements:")
+    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, _reasons(cluster, uids))))
+    print("\nGPUs:")
+    print(render_table(STATUS_HEADERS, [r for r in status_rows(nodes, pods) if r[-1] != "-"] or []))
+    async with httpx.AsyncClient(timeout=5.0) as client:
+        try:
+            text = (await client.get(cluster.metrics_url)).text
+            series = sum(1 for line in text.splitlines() if line.startswith("hami_"))
+            print(f"\nMetrics:     {cluster.metrics_url}   ({series} hami_* series)")
+        except httpx.HTTPError as err:
+            print(f"\nMetrics:     {cluster.metrics_url}   (not answering: {err})")
+    traced = next(
+        (p for p in pods if p.metadata.uid in cluster.admitted and TRACE_CONTEXT in p.metadata.annotations), None
+    )
+    if traced is not None:
+        print(
+            "Traces:      " + _trace_summary(exporter.get_finished_spans(), traced.metadata.annotations[TRACE_CONTEXT])
+        )
+
+
+async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
+    workdir: Path = args.workdir
+    sockdir = Path(tempfile.mkdtemp(prefix="hami-", dir="/tmp"))
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    config = StackConfig(workdir=workdir, sockdir=sockdir, nodes=args.nodes, gpus_per_node=args.gpus)
+    try:
+        cluster = LocalCluster(StackConfig(**{**_fields(config), "metrics_port": args.metrics_port}))
+    except OSError:
+        print(f"port {args.metrics_port} is taken; metrics on a free port instead")
+        cluster = LocalCluster(config)
+    started = time.monotonic()
+    try:
+        await cluster.start(progress=lambda line: print(f"  {line} ...", flush=True))
+        state = UpState(
+            api_url=cluster.api.url,
+            kubeconfig=str(config.kubeconfig),
+            webhook_url=cluster.webhook_url,
+            ca_file=str(cluster.tls.ca) if cluster.tls else "",
+            metrics_url=cluster.metrics_url,
+            nats_url=cluster.nats.url,
+        )
+        write_state(workdir, state)
+        print(f"started in {time.monotonic() - started:.1f}s")
+        print(f"NATS:        {cluster.nats.url}")
+        print(f"Kubernetes:  {cluster.api.url}")
+        print(f"kubeconfig:  {config.kubeconfig}   (kubectl --kubeconfig {config.kubeconfig} get pods -o wide)")
+        print(f"webhook:     {cluster.webhook_url}/webhook   extender: {cluster.extender_url}")
+        print(f"logs:        {workdir / 'hami-up.log'}", flush=True)
+        if not args.no_examples:
+            print(f"submitting the examples in {args.examples}:")
+            uids = await _submit_examples(cluster, args.examples)
+            await _show(cluster, uids, exporter)
+        print(
+            "\n`hami submit -f pod.yaml` adds pods, `hami status` shows the GPUs. Ctrl-C stops everything.", flush=True
+        )
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=args.duration)
+        print("stopping ...", flush=True)
+    finally:
+        await cluster.close()
+        shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def _fields(config: StackConfig) -> dict[str, Any]:
+    return {name: getattr(config, name) for name in StackConfig.__dataclass_fields__}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="hami-up-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    stack = Stack(workdir=workdir)
-    done = threading.Event()
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    _log_to(args.workdir / "hami-up.log")
+    exporter = InMemorySpanExporter()
+    provider = setup_tracing("hami-up", extra_processor=SimpleSpanProcessor(exporter))
+    print(f"hami up: {args.nodes} nodes × {args.gpus} GPUs", flush=True)
     try:
-        print("starting nats-server and the Kubernetes API emulator ...", flush=True)
-        stack.start([s.strip() for s in args.services.split(",") if s.strip()])
-        print(f"NATS:        {stack.nats.url}")
-        print(f"Kubernetes:  {stack.kube.url}")
-        print(f"kubeconfig:  {stack.kubeconfig}   (kubectl --kubeconfig {stack.kubeconfig} get nodes,pods)")
-        print(f"services:    {', '.join(stack.children) or 'none installed yet'}; logs in {workdir}")
-        print("Ctrl-C stops everything.", flush=True)
-        while not done.wait(timeout=0.5):
-            for name, code in stack.exited().items():
-                print(f"{name} exited with {code}; see {workdir / (name + '.log')}", flush=True)
-                del stack.children[name]
-            if args.duration is not None:
-                args.duration -= 0.5
-                if args.duration <= 0:
-                    done.set()
+        asyncio.run(_up(args, exporter))
     except KeyboardInterrupt:
         print("stopping ...", flush=True)
     finally:
-        stack.stop()
+        if provider is not None:
+            provider.shutdown()
     print("stopped.", flush=True)
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import copy
 import ssl
 import uuid
 from typing import Any, Final
@@ -86,6 +87,23 @@ class _Answer(msgspec.Struct, frozen=True):
     response: _Response
 
 
+def canonical(pod: Json) -> Json:
+    """The pod as the apiserver holds it after decoding: resource quantities are strings (``2``, not 2)."""
+    spec = pod.get("spec")
+    if not isinstance(spec, dict):
+        return pod
+    for key in ("initContainers", "containers"):
+        for container in spec.get(key) or ():
+            resources = container.get("resources") if isinstance(container, dict) else None
+            if not isinstance(resources, dict):
+                continue
+            for field in ("limits", "requests"):
+                values = resources.get(field)
+                if isinstance(values, dict):
+                    resources[field] = {k: v if isinstance(v, str) else str(v) for k, v in values.items()}
+    return pod
+
+
 class Admitter:
     """``await admitter.create(pod)``: admission through the webhook, then the create; returns the stored pod."""
 
@@ -113,6 +131,7 @@ class Admitter:
 
     async def review(self, pod: Json) -> Json:
         """The pod as the webhook mutated it; raises AdmissionDenied when it is refused."""
+        pod = canonical(copy.deepcopy(pod))
         meta = pod.get("metadata") or {}
         review = _Review(
             api_version=ADMISSION_V1,
