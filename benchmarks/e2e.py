@@ -1,0 +1,109 @@
+"""End to end: pods per second and latency from admission to the kubelet's last ``Allocate``.
+
+The whole local cluster runs in this process (``hami_sim.stack.LocalCluster``): embedded NATS, the API
+emulator, the webhook over HTTPS, the extender, the metrics service, N simulated nodes (node agent,
+allocator, kubelet emulator) and the kube-scheduler stand-in. Pods are submitted through the webhook,
+``--concurrency`` at a time, as clients would; a pod's latency runs from the start of its admission to the
+moment its kubelet has every ``Allocate`` answer. Throughput is pods over the time from the first
+submission to the last allocation. Afterwards every pod is audited (devices as annotated, no GPU
+over-committed). Default: 1,000 pods on 100 nodes × 8 GPUs; ``--quick``: 100 pods on 10 nodes.
+
+    python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from hami_sim.stack import LocalCluster, StackConfig
+from hami_sim.stack.audit import audit, mixed_workload
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
+    config = StackConfig(
+        workdir=workdir, sockdir=sockdir, nodes=args.nodes, gpus_per_node=args.gpus, node_policy=args.node_policy
+    )
+    started = time.monotonic()
+    async with LocalCluster(config) as cluster:
+        startup = time.monotonic() - started
+        print(f"cluster of {args.nodes} nodes × {args.gpus} GPUs ready in {startup:.1f}s", flush=True)
+        pods = mixed_workload(args.pods, prefix="bench")
+        gate = asyncio.Semaphore(args.concurrency)
+
+        async def submit(pod: dict[str, Any]) -> str:
+            async with gate:
+                created = await cluster.submit(pod)
+            return str(created["metadata"]["uid"])
+
+        first = time.monotonic()
+        uids = await asyncio.gather(*(submit(pod) for pod in pods))
+        submitted = time.monotonic() - first
+        async with asyncio.timeout(args.timeout):
+            admitted = await cluster.wait_admitted(uids)
+        last = max(a.at for a in admitted.values())
+        elapsed = last - first
+        latencies = [(admitted[uid].at - cluster.submitted_at[uid]) * 1000 for uid in uids]
+        listed, _ = await cluster.kube.list_pods()
+        report = audit(listed, admitted, cluster.capacity())
+        refused = sum(1 for a in admitted.values() if not a.admission.ok)
+    return {
+        "benchmark": "e2e",
+        "pods": len(uids),
+        "nodes": args.nodes,
+        "gpus_per_node": args.gpus,
+        "node_policy": args.node_policy,
+        "concurrency": args.concurrency,
+        "startup_s": round(startup, 2),
+        "submit_s": round(submitted, 2),
+        "elapsed_s": round(elapsed, 2),
+        "pods_per_s": round(len(uids) / elapsed, 1),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p90_ms": round(_percentile(latencies, 0.90), 1),
+        "p99_ms": round(_percentile(latencies, 0.99), 1),
+        "max_ms": round(max(latencies), 1),
+        "allocate_errors": refused,
+        "audit_problems": len(report.problems),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="100 pods on 10 nodes")
+    parser.add_argument("--pods", type=int)
+    parser.add_argument("--nodes", type=int)
+    parser.add_argument("--gpus", type=int, default=8)
+    parser.add_argument("--concurrency", type=int, default=32, help="admissions in flight at once")
+    parser.add_argument("--node-policy", default="spread", choices=("spread", "binpack"))
+    parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the last allocation")
+    args = parser.parse_args(argv)
+    args.pods = args.pods or (100 if args.quick else 1000)
+    args.nodes = args.nodes or (10 if args.quick else 100)
+    logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
+    with tempfile.TemporaryDirectory(prefix="e2ebench") as tmp, tempfile.TemporaryDirectory(prefix="hb-") as socks:
+        result = asyncio.run(_bench(args, Path(tmp), Path(socks)))
+    print(f"{result['pods']} pods on {result['nodes']} nodes ({result['node_policy']} nodes, admission to Allocate):")
+    took = f"({result['elapsed_s']} s, submitting took {result['submit_s']} s)"
+    print(f"  throughput  {result['pods_per_s']:>8.1f} pods/s   {took}")
+    spread = "   ".join(f"{q} {result[q + '_ms']:.0f} ms" for q in ("p50", "p90", "p99", "max"))
+    print(f"  latency     {spread}")
+    print(f"  audit       {result['audit_problems']} problems, {result['allocate_errors']} Allocate errors")
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
