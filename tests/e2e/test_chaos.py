@@ -63,7 +63,9 @@ async def stuck(cluster: LocalCluster, uids: set[str]) -> str:
     return f"{len(uids)} pods never admitted; locks {locks}; bound {bound}:\n" + "\n".join(lines[:5])
 
 
-async def run_with_chaos(cluster: LocalCluster, chaos: list[Callable[[], Awaitable[None]]]) -> None:
+async def run_with_chaos(
+    cluster: LocalCluster, chaos: list[Callable[[], Awaitable[None]]], settle: float = 150.0
+) -> None:
     """Submit a batch, break something, repeat; then check every pod and every GPU."""
     workload = mixed_workload((len(chaos) + 1) * BATCH, prefix="chaos")
     unfit = [gpu_pod(f"too-big-{i}", mem=200_000) for i in range(UNFIT)]
@@ -75,7 +77,7 @@ async def run_with_chaos(cluster: LocalCluster, chaos: list[Callable[[], Awaitab
     unfit_uids = [await submit(cluster, pod) for pod in unfit]
 
     try:
-        async with asyncio.timeout(150):
+        async with asyncio.timeout(settle):
             admitted = await cluster.wait_admitted(uids)
     except TimeoutError:
         pytest.fail(await stuck(cluster, set(uids) - cluster.admitted.keys()))
@@ -119,4 +121,4 @@ async def test_after_agent_extender_and_apiserver_restarts_every_pod_is_allocate
 async def test_after_a_nats_restart_every_pod_is_allocated_once_or_pending_with_a_reason(
     cluster: LocalCluster,
 ) -> None:
-    await run_with_chaos(cluster, [cluster.restart_nats])
+    await run_with_chaos(cluster, [cluster.restart_nats], settle=60.0)
