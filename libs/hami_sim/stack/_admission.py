@@ -93,7 +93,8 @@ def canonical(pod: Json) -> Json:
     if not isinstance(spec, dict):
         return pod
     for key in ("initContainers", "containers"):
-        for container in spec.get(key) or ():
+        containers = spec.get(key)
+        for container in containers if isinstance(containers, list) else ():
             resources = container.get("resources") if isinstance(container, dict) else None
             if not isinstance(resources, dict):
                 continue
