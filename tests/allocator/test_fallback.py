@@ -212,3 +212,26 @@ async def test_preferred_allocation_steers_the_kubelet_to_the_annotated_gpu_with
         await svc.followup.join()
     assert admission.container("main").device_ids == (f"{GPUS[1]}-0",)  # not the kubelet's first free device
     assert admission.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
+
+
+async def test_a_placement_staged_after_the_fallback_served_it_is_not_handed_to_the_next_pod(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    await create(core, node_body())
+    first = await create(core, bound_pod_body("first", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10))
+    await create(core, bound_pod_body("second", {"main": [dev(GPUS[1], 2000, 20)]}, bind_time=11))
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        one = await kubelet.admit(await kube.get_pod("default", "first"))  # nothing staged yet: the fallback
+        # the node agent stages the first pod's placement only now, late
+        stage(store, grant_of(first, ("main", ((GPUS[0], 1000, 10),)), name="first"), alloc_config, 10)
+        two = await kubelet.admit(await kube.get_pod("default", "second"))
+        await svc.followup.join()
+    assert one.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[0]
+    assert two.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]

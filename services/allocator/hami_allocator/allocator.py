@@ -24,7 +24,7 @@ from hami_allocator.pending import BrokenPod, NodePods, PodLike, next_pending, n
 from hami_common import logkeys, spans
 from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
 from hami_common.errors import InvalidInput, NotFound, TransientError
-from hami_common.staging import StagingStore, has_host_files, write_host_files
+from hami_common.staging import ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
 __all__ = ["Allocator", "GoneSet"]
@@ -116,6 +116,25 @@ class Allocator:
 
     # --- Allocate ----------------------------------------------------------------------------------------
 
+    def _claim(self, count: int) -> ClaimOutcome:
+        """A staged claim whose container the fallback has not served already.
+
+        The node agent may stage a placement moments after the fallback answered for that pod; served as is,
+        the stale entry would hand those devices to the next pod. Each claim advances its entry, so
+        discarding such claims ends.
+        """
+        problems: list[str] = []
+        while True:
+            outcome = self.store.claim(count, gone=self.gone)
+            problems.extend(outcome.problems)
+            claim = outcome.claim
+            if claim is None or claim.container.name not in self.inflight.get(claim.pod.pod_uid, ()):
+                return dataclasses.replace(outcome, problems=tuple(problems))
+            log.info(
+                "staged entry of %s/%s container %s was already served by the fallback; skipped",
+                claim.pod.namespace, claim.pod.name, claim.container.name, extra={logkeys.POD_UID: claim.pod.pod_uid},
+            )  # fmt: skip
+
     async def allocate(self, ids: Sequence[str]) -> tuple[ContainerAllocation, Served]:
         """The answer for one container request; raises InvalidInput, NotFound or TransientError.
 
@@ -125,7 +144,7 @@ class Allocator:
         started = time.time_ns()
         self.check_ids(ids)
         async with self._lock:
-            outcome = self.store.claim(len(ids), gone=self.gone)
+            outcome = self._claim(len(ids))
             if outcome.claim is not None:
                 claim = outcome.claim
                 allocation = claim.container
