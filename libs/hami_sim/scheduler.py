@@ -109,6 +109,9 @@ class SchedulerDriver:
         self._queued: set[tuple[str, str]] = set()
         self._events = EventRecorder(kube, component=scheduler_name)
         self._binds: set[asyncio.Task[None]] = set()
+        # Pods with a node chosen and a bind in flight, as kube-scheduler's cache "assumes" them: the watch
+        # events their own cycle causes (the extender's annotation patch) must not schedule them again.
+        self.assumed: set[str] = set()
 
     def _is_ours_and_pending(self, pod: Pod) -> bool:
         return (
@@ -116,6 +119,7 @@ class SchedulerDriver:
             and not pod.spec.node_name
             and pod.metadata.deletion_timestamp is None
             and pod.status.phase in ("", "Pending")
+            and pod.metadata.uid not in self.assumed
         )
 
     def _enqueue(self, pod: Pod) -> None:
@@ -125,6 +129,8 @@ class SchedulerDriver:
             self._queue.put_nowait(key)
 
     def _on_pod(self, change: Change[Pod]) -> None:
+        if change.type == "DELETED" or change.obj.spec.node_name:
+            self.assumed.discard(change.obj.metadata.uid)  # bound or gone: nothing more to remember
         if change.type != "DELETED":
             self._enqueue(change.obj)
 
@@ -180,6 +186,7 @@ class SchedulerDriver:
             )  # fmt: skip
             return verdict
         node = answer.NodeNames[0]
+        self.assumed.add(pod.metadata.uid)
         task = asyncio.create_task(self._bind(pod, node))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
@@ -195,6 +202,7 @@ class SchedulerDriver:
             error = f"bind: {err}"
         if error:
             log.info("binding %s/%s to %s failed, will retry: %s", meta.namespace, meta.name, node, error)
+            self.assumed.discard(meta.uid)
             self._record(pod, Verdict(error=error))
             asyncio.get_running_loop().call_later(self.retry_after, self._requeue, (meta.namespace, meta.name))
             return

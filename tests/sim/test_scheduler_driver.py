@@ -30,6 +30,7 @@ class ToyExtender:
         self.core = core
         self.errors = errors
         self.filters = 0
+        self.filtered: list[str] = []  # pod names, one per filter call
         self.app = FastAPI()
         self.app.post("/filter")(self.filter)
         self.app.post("/bind")(self.bind)
@@ -37,10 +38,14 @@ class ToyExtender:
     async def filter(self, request: Request) -> Response:
         args = msgspec.json.decode(await request.body())
         self.filters += 1
+        self.filtered.append(args["Pod"]["metadata"]["name"])
         if self.errors > 0:
             self.errors -= 1
             return Response(msgspec.json.encode({"Error": "cache not synced"}), media_type="application/json")
         fit = [n for n in args["NodeNames"] if n != "full"]
+        if fit:  # as the real extender does: annotate the pod during filter, which the driver's watch sees
+            patch = {"metadata": {"annotations": {"example.com/filtered": fit[0]}}}
+            await asyncio.to_thread(self.core.patch_namespaced_pod, args["Pod"]["metadata"]["name"], "default", patch)
         failed = {n: "1/1 CardInsufficientMemory" for n in args["NodeNames"] if n == "full"}
         answer = {"Nodes": None, "NodeNames": fit[:1] or None, "FailedNodes": failed, "Error": ""}
         return Response(msgspec.json.encode(answer), media_type="application/json")
@@ -161,3 +166,14 @@ async def test_extender_errors_are_retried_until_the_pod_is_bound(
     create_pod(core, "patient")
     await eventually(lambda: node_of(core, "patient") == "gpu-1", timeout=10)
     assert extender.filters >= 4
+
+
+async def test_a_pod_whose_bind_is_in_flight_is_not_filtered_again(
+    core: Any, started: tuple[ToyExtender, SchedulerDriver]
+) -> None:
+    extender, _ = started
+    create_node(core, "gpu-1")
+    for i in range(5):
+        create_pod(core, f"p{i}")
+    await eventually(lambda: all(node_of(core, f"p{i}") == "gpu-1" for i in range(5)), timeout=10)
+    assert sorted(extender.filtered) == [f"p{i}" for i in range(5)]

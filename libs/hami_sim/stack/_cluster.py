@@ -27,12 +27,11 @@ from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiEmulator, find_resource
-from hami_sim.scheduler import Verdict
+from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode
-from hami_sim.stack._scheduler import AssumingDriver
 from hami_sim.stack._service import RunningService
 from hami_sim.stack._tls import TlsFiles, write_serving_certificate
 from hami_sim.stack.audit import GpuCapacity
@@ -77,7 +76,7 @@ class LocalCluster:
         self.admitted: dict[str, Admitted] = {}  # pod uid -> what the kubelet's Allocate calls answered
         self.on_admitted: list[Callable[[Admitted], None]] = []
         self.tls: TlsFiles | None = None
-        self.driver: AssumingDriver | None = None
+        self.driver: SchedulerDriver | None = None
         self._extender_state: Mapping[str, Any] = {}
         self._metrics_port = _Port(config.metrics_port)
         self._webhook_port = _Port()
@@ -158,7 +157,7 @@ class LocalCluster:
         await serve_app(create_metrics(self.metrics_settings()), self._metrics_port.socket(), stop)
 
     async def _run_scheduler(self, stop: asyncio.Event) -> None:
-        driver = AssumingDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
+        driver = SchedulerDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
         self.driver = driver
         async with asyncio.TaskGroup() as tg:
             running = tg.create_task(driver.run(), name="scheduler")

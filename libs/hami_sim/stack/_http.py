@@ -10,6 +10,8 @@ from typing import Any
 
 import uvicorn
 
+from hami_sim.net import listening_socket
+
 __all__ = ["QuietServer", "bind_loopback", "serve_app"]
 
 StartedCallback = Callable[[Mapping[str, Any]], None]
@@ -33,11 +35,7 @@ class QuietServer(uvicorn.Server):
 
 
 def bind_loopback(port: int = 0) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", port))
-    sock.listen(1024)
-    return sock
+    return listening_socket("127.0.0.1", port)
 
 
 async def serve_app(
