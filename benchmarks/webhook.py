@@ -14,8 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import ipaddress
 import json
 import os
 import socket
@@ -28,37 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from hami_sim.tls import write_serving_certificate
 
 TARGET_RATE = 1000.0
 TARGET_P99_MS = 10.0
-
-
-def write_certificate(folder: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "hami-webhook.hami-system.svc")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(hours=1))
-        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    cert_file, key_file = folder / "tls.crt", folder / "tls.key"
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_file, key_file
 
 
 def free_port() -> int:
@@ -185,7 +156,8 @@ def main() -> int:
     warmup = 200 if args.quick else 1000
     port = free_port()
     with tempfile.TemporaryDirectory() as folder:
-        cert, key = write_certificate(Path(folder))
+        files = write_serving_certificate(Path(folder))
+        cert, key = files.cert, files.key
         env = dict(os.environ, OTEL_SDK_DISABLED=os.environ.get("OTEL_SDK_DISABLED", "false"))
         command = [
             sys.executable,
@@ -204,7 +176,7 @@ def main() -> int:
         ]
         server = subprocess.Popen(command, env=env, stderr=subprocess.DEVNULL)
         try:
-            latencies, wall = asyncio.run(drive(port, cert, requests, args.concurrency, warmup, server))
+            latencies, wall = asyncio.run(drive(port, files.ca, requests, args.concurrency, warmup, server))
         finally:
             server.terminate()
             server.wait(timeout=10)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import signal
 import socket
@@ -13,16 +12,13 @@ from pathlib import Path
 
 import httpx
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from hami_common import subjects
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.errors import InvalidInput
 from hami_metrics.main import main
 from hami_metrics.settings import MetricsSettings
+from hami_sim.tls import write_serving_certificate
 from hami_sim.waiting import eventually
 
 from .conftest import NODE, FakeClock, inventory, parse, series, serve
@@ -94,42 +90,19 @@ async def test_the_console_script_serves_until_sigterm(nats_server: EmbeddedNats
             await proc.wait()
 
 
-def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
-    now = datetime.datetime.now(datetime.UTC)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=1))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(
-            x509.SubjectAlternativeName([x509.IPAddress(__import__("ipaddress").ip_address("127.0.0.1"))]),
-            critical=False,
-        )
-        .sign(key, hashes.SHA256())
-    )
-    cert_path, key_path = tmp_path / "tls.crt", tmp_path / "tls.key"
-    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_path.write_bytes(
-        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    )
-    return cert_path, key_path
-
-
 async def test_tls_and_a_token_file_guard_metrics(
     tmp_path: Path, settings: MetricsSettings, bus: Bus, clock: FakeClock
 ) -> None:
-    cert, key = self_signed(tmp_path)
+    files = write_serving_certificate(tmp_path)
     token_file = tmp_path / "token"
     token_file.write_text("from-a-file\n")
     secured = MetricsSettings(
-        nats_url=settings.nats_url, tls_cert_file=str(cert), tls_key_file=str(key), metrics_token_file=str(token_file)
+        nats_url=settings.nats_url,
+        tls_cert_file=str(files.cert),
+        tls_key_file=str(files.key),
+        metrics_token_file=str(token_file),
     )
-    trust = ssl.create_default_context(cafile=str(cert))
+    trust = ssl.create_default_context(cafile=str(files.ca))
     async with serve(secured, bus, clock, scheme="https", verify=trust) as running:
         assert (await running.client.get("/metrics")).status_code == 401
         assert await running.scrape(Authorization="Bearer from-a-file")

@@ -33,8 +33,8 @@ from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode
 from hami_sim.stack._service import RunningService
-from hami_sim.stack._tls import TlsFiles, write_serving_certificate
 from hami_sim.stack.audit import GpuCapacity
+from hami_sim.tls import TlsFiles, write_serving_certificate
 from hami_sim.waiting import eventually
 from hami_webhook.app import create_app as create_webhook
 from hami_webhook.server import serve as serve_webhook

@@ -1,4 +1,7 @@
-"""A throw-away certificate authority and serving certificate for the webhook, as a cluster's CA bundle."""
+"""A throw-away certificate authority and a serving certificate signed by it, for every local HTTPS server.
+
+The local stack's webhook (the CA plays the cluster's caBundle), tests of the services' TLS, benchmarks.
+"""
 
 from __future__ import annotations
 
