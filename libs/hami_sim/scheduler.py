@@ -11,7 +11,6 @@ tries again later, as the real scheduler's backoff queue does. Errors are retrie
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -218,14 +217,6 @@ class SchedulerDriver:
     def _record(self, pod: Pod, verdict: Verdict) -> Verdict:
         self.verdicts[pod.metadata.uid] = verdict
         return verdict
-
-    async def wait_idle(self) -> None:
-        """Until every queued cycle and bind has finished (for tests and the demo)."""
-        while not self._queue.empty() or self._binds:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.05):
-                    await asyncio.gather(*self._binds)
-            await asyncio.sleep(0)
 
 
 def _schedulable(node: Node) -> bool:

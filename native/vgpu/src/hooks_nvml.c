@@ -6,6 +6,7 @@
  */
 #include <ctype.h>
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdlib.h>
 
 #include "vgpu.h"
@@ -52,21 +53,28 @@ static int ordinal_of(nvmlDevice_t device) {
     return vgpu_cuda_ordinal(idx);
 }
 
+/* Rewrite a device's free/total/used as its slice sees them; false (nothing changed) when it has no limit.
+ * Both NVML memory structs share these three fields, so both versions go through here. */
+static bool slice_view(nvmlDevice_t device, unsigned long long *free, unsigned long long *total,
+                       unsigned long long *used) {
+    int dev = ordinal_of(device);
+    if (dev < 0 || dev >= VGPU_MAX_DEVICES || vgpu_limit[dev] == 0)
+        return false;
+    uint64_t f, t, u;
+    vgpu_mem_view(dev, *free, *total, &f, &t, &u);
+    *total = t;
+    *used = u;
+    *free = f;
+    return true;
+}
+
 VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t device, nvmlMemory_t *memory) {
     vgpu_ready();
     if (!HAVE_REAL(nvmlDeviceGetMemoryInfo))
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = REAL(nvmlDeviceGetMemoryInfo)(device, memory);
-    if (rc != NVML_SUCCESS || !memory)
-        return rc;
-    int dev = ordinal_of(device);
-    if (dev < 0 || dev >= VGPU_MAX_DEVICES || vgpu_limit[dev] == 0)
-        return rc;
-    uint64_t free, total, used;
-    vgpu_mem_view(dev, memory->free, memory->total, &free, &total, &used);
-    memory->total = total;
-    memory->used = used;
-    memory->free = free;
+    if (rc == NVML_SUCCESS && memory)
+        slice_view(device, &memory->free, &memory->total, &memory->used);
     return rc;
 }
 
@@ -75,16 +83,7 @@ VGPU_EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t device, nvmlMem
     if (!HAVE_REAL(nvmlDeviceGetMemoryInfo_v2))
         return NVML_ERROR_FUNCTION_NOT_FOUND;
     nvmlReturn_t rc = REAL(nvmlDeviceGetMemoryInfo_v2)(device, memory);
-    if (rc != NVML_SUCCESS || !memory)
-        return rc;
-    int dev = ordinal_of(device);
-    if (dev < 0 || dev >= VGPU_MAX_DEVICES || vgpu_limit[dev] == 0)
-        return rc;
-    uint64_t free, total, used;
-    vgpu_mem_view(dev, memory->free, memory->total, &free, &total, &used);
-    memory->total = total;
-    memory->reserved = 0; /* driver reservations are outside the slice's accounting */
-    memory->used = used;
-    memory->free = free;
+    if (rc == NVML_SUCCESS && memory && slice_view(device, &memory->free, &memory->total, &memory->used))
+        memory->reserved = 0; /* driver reservations are outside the slice's accounting */
     return rc;
 }
