@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from hami_common.annotations import NODE_REGISTER, DeviceInfo, encode_node_devices
+from hami_common.resources import GPU
 from hami_sim.kubeapi import KubeApiEmulator, ResourceType, find_resource
 
 
@@ -37,9 +38,40 @@ def cards(node: str, n: int = 2, devmem: int = 8000, count: int = 10) -> list[De
     ]
 
 
-def add_node(api: KubeApiEmulator, name: str, devices: list[DeviceInfo] | None = None, **annotations: str) -> None:
-    anns = {NODE_REGISTER: encode_node_devices(devices if devices is not None else cards(name)), **annotations}
-    api.store.create(NODES, None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "annotations": anns}})
+def add_node(
+    api: KubeApiEmulator,
+    name: str,
+    devices: list[DeviceInfo] | None = None,
+    *,
+    allocatable: int | None = None,
+    annotations: dict[str, str] | None = None,
+) -> None:
+    """A registered GPU node; its kubelet reports ``allocatable`` GPUs (default: every slot of every card)."""
+    devices = devices if devices is not None else cards(name)
+    anns = {NODE_REGISTER: encode_node_devices(devices), **(annotations or {})}
+    gpus = sum(d.count for d in devices) if allocatable is None else allocatable
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": anns},
+        "status": {"capacity": {GPU: str(gpus)}, "allocatable": {GPU: str(gpus)}},
+    }
+    api.store.create(NODES, None, body)
+
+
+def set_allocatable(api: KubeApiEmulator, name: str, gpus: int) -> None:
+    """The kubelet reports a new GPU count, e.g. 0 when the device plugin went away."""
+
+    def mutate(node: dict[str, Any]) -> dict[str, Any]:
+        node.setdefault("status", {})["allocatable"] = {GPU: str(gpus)}
+        return node
+
+    api.store.update(NODES, None, name, mutate, subresource="status")
+
+
+def node_annotations(api: KubeApiEmulator, name: str) -> dict[str, str]:
+    anns: dict[str, str] = api.store.get(NODES, None, name)["metadata"].get("annotations") or {}
+    return anns
 
 
 def ensure_namespace(api: KubeApiEmulator, namespace: str) -> None:

@@ -5,6 +5,7 @@ Vendor-pluggable like HAMi's device interface (:class:`Vendor`); NVIDIA is the f
 """
 
 from hami_common.scheduling.float32 import f32
+from hami_common.scheduling.health import NodeHealth, NodeReport, allocatable_gpus, node_health
 from hami_common.scheduling.nvidia import NVIDIA, NvidiaVendor
 from hami_common.scheduling.placement import (
     DEFAULT_VENDORS,
@@ -46,7 +47,9 @@ __all__ = [
     "FitContext",
     "NamespaceQuota",
     "NodeFit",
+    "NodeHealth",
     "NodePolicy",
+    "NodeReport",
     "NodeUsage",
     "NvidiaVendor",
     "PodPreferences",
@@ -54,6 +57,7 @@ __all__ = [
     "SchedulerDefaults",
     "ScoringWeights",
     "Vendor",
+    "allocatable_gpus",
     "apply_charges",
     "choose_node",
     "collapse_devices",
@@ -63,6 +67,7 @@ __all__ = [
     "f32",
     "fit_container",
     "fit_node",
+    "node_health",
     "node_score",
     "parse_scoring_weights",
     "preference",

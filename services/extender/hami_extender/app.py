@@ -33,6 +33,7 @@ from hami_common.kube import (
 from hami_extender.binder import Binder
 from hami_extender.deps import State
 from hami_extender.handoff import NodeHandoff
+from hami_extender.handshake import NodeHandshakes
 from hami_extender.leadership import Leadership
 from hami_extender.ledger import Ledger
 from hami_extender.notices import NoticeQueue
@@ -52,6 +53,10 @@ _BUS_RETRY_S = 30.0
 
 def _now() -> datetime:
     return datetime.now(UTC)
+
+
+def _local_now() -> datetime:
+    return datetime.now().astimezone()
 
 
 async def _keep_bus(settings: ExtenderSettings, publisher: PlacementPublisher, binder: Binder) -> None:
@@ -112,7 +117,10 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 handoff_wait=s.handoff_wait,
                 call_timeout=s.kube_timeout,
             )
-            sync = LedgerSync(ledger, on_pod_gone=binder.pod_done, on_bind_settled=binder.pod_done)
+            handshakes = NodeHandshakes(clock=_local_now, leading=lambda: leadership.leading)
+            sync = LedgerSync(
+                ledger, on_pod_gone=binder.pod_done, on_bind_settled=binder.pod_done, handshakes=handshakes
+            )
             pods.add_handler(sync.on_pod)
             nodes.add_handler(sync.on_node)
             quotas.add_handler(sync.on_quota)
@@ -129,6 +137,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 if s.leader_elect
                 else None
             )
+            leadership = Leadership(identity=s.candidate(), elector=elector)
             placer = Placer(
                 ledger=ledger,
                 pods=kube,
@@ -149,6 +158,10 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                     tg.create_task(binder.run_unlocks(), name="unlocks"),
                     tg.create_task(_keep_bus(s, publisher, binder), name="bus"),
                     tg.create_task(_freeze_after_sync(readiness), name="gc-freeze"),
+                    tg.create_task(handshakes.run_writes(kube, s.kube_timeout), name="handshakes"),
+                    tg.create_task(
+                        handshakes.run_passes(nodes.get, sync.judge_again, s.node_pass_interval), name="node-passes"
+                    ),
                 ]
                 if elector is not None:
                     tasks.append(tg.create_task(elector.run(), name="leader-election"))
@@ -158,9 +171,10 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                         "ledger": ledger,
                         "placer": placer,
                         "binder": binder,
-                        "leadership": Leadership(identity=s.candidate(), elector=elector),
+                        "leadership": leadership,
                         "publisher": publisher,
                         "readiness": readiness,
+                        "handshakes": handshakes,
                     }
                 finally:
                     for task in tasks:

@@ -8,6 +8,7 @@ from typing import Annotated, TypedDict
 from fastapi import Depends, HTTPException, Request, status
 
 from hami_extender.binder import Binder
+from hami_extender.handshake import NodeHandshakes
 from hami_extender.leadership import Leadership
 from hami_extender.ledger import Ledger
 from hami_extender.placer import Placer
@@ -36,6 +37,7 @@ class State(TypedDict):
     leadership: Leadership
     publisher: PlacementPublisher
     readiness: Readiness
+    handshakes: NodeHandshakes
 
 
 def get_settings(request: Request) -> ExtenderSettings:

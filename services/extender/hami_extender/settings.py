@@ -41,6 +41,7 @@ class ExtenderSettings(BusSettings):
     node_lock_timeout: float = setting(300.0, "seconds after which a node hand-off (HAMi lock) is taken over")
     handoff_wait: float = setting(10.0, "seconds a bind waits for another pod's hand-off on the same node")
     sync_wait: float = setting(5.0, "seconds a request waits for the caches' first sync")
+    node_pass_interval: float = setting(15.0, "seconds between passes that judge node handshakes again (HAMi: 15)")
     publish_timeout: float = setting(2.0, "seconds a placement publish to NATS may take")
 
     def kube(self) -> KubeSettings:

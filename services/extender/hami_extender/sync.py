@@ -28,6 +28,7 @@ from hami_common.annotations import (
 from hami_common.errors import AnnotationError
 from hami_common.kube import Change, Node, Pod, ResourceQuota
 from hami_common.scheduling import collapse_devices, cordoned_devices, quota_from_hard
+from hami_extender.handshake import NodeHandshakes
 from hami_extender.ledger import Booking, Ledger, Registration
 
 __all__ = ["FINISHED_PHASES", "LedgerSync", "booking_from", "registration_from"]
@@ -96,6 +97,7 @@ class LedgerSync:
     ledger: Ledger
     on_pod_gone: Callable[[str], None] = lambda uid: None
     on_bind_settled: Callable[[str], None] = lambda uid: None
+    handshakes: NodeHandshakes | None = None  # None: judge no handshakes (tests of the ledger alone)
     malformed: int = 0
     _quotas: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
 
@@ -126,17 +128,34 @@ class LedgerSync:
         name = change.obj.metadata.name
         if change.type == "DELETED":
             self.ledger.forget(name)
+            if self.handshakes is not None:
+                self.handshakes.forget(name)
             return
+        self.judge(change.obj)
+
+    def judge(self, node: Node, *, on_pass: bool = False) -> None:
+        """Register the node's cards, or drop them: unregistered, malformed, or failing the handshake."""
+        name = node.metadata.name
         try:
-            registration = registration_from(change.obj)
+            registration = registration_from(node)
         except AnnotationError as err:
             self.malformed += 1
             log.warning("node %s is not registered: %s", name, err, extra={logkeys.NODE: name})
             registration = None
+        if registration is not None and self.handshakes is not None:
+            # only registered GPU nodes take part in the handshake, as in HAMi's registration loop
+            if not self.handshakes.admit(node, node.metadata.annotations[NODE_REGISTER], on_pass=on_pass):
+                registration = None
+        elif self.handshakes is not None:
+            self.handshakes.forget(name)
         if registration is None:
             self.ledger.forget(name)
         else:
             self.ledger.register(name, registration)
+
+    def judge_again(self, node: Node) -> None:
+        """A pass of the handshake checks (HAMi's 15-second loop) revisits the node."""
+        self.judge(node, on_pass=True)
 
     def on_quota(self, change: Change[ResourceQuota]) -> None:
         meta = change.obj.metadata
