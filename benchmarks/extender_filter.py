@@ -37,6 +37,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -46,16 +47,19 @@ from hami_common import subjects
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    NODE_HANDSHAKE,
     NODE_REGISTER,
     NODE_SCHEDULER_POLICY,
     VGPU_NODE,
     ContainerDevice,
     DeviceInfo,
+    encode_handshake,
     encode_node_devices,
     encode_pod_devices,
 )
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.events import AllocationResult
+from hami_common.resources import GPU
 from hami_common.settings import BusSettings
 
 GPUS_PER_NODE = 8
@@ -103,6 +107,7 @@ def _seed_and_serve(nodes: int, resident: int, pending: int, workdir: str, ready
     with api:
         store = api.store
         store.create(ns_rt, None, {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})
+        handshake = encode_handshake(datetime.now().astimezone())
         for n in range(nodes):
             name = f"node-{n:05d}"
             devices = [
@@ -119,13 +124,17 @@ def _seed_and_serve(nodes: int, resident: int, pending: int, workdir: str, ready
                 )
                 for i in range(GPUS_PER_NODE)
             ]
+            # a cluster in its steady state: the kubelet reports the GPUs, the scheduler's handshake is there
+            slots = str(GPUS_PER_NODE * 10)
+            annotations = {NODE_REGISTER: encode_node_devices(devices), NODE_HANDSHAKE: handshake}
             store.create(
                 nodes_rt,
                 None,
                 {
                     "apiVersion": "v1",
                     "kind": "Node",
-                    "metadata": {"name": name, "annotations": {NODE_REGISTER: encode_node_devices(devices)}},
+                    "metadata": {"name": name, "annotations": annotations},
+                    "status": {"capacity": {GPU: slots}, "allocatable": {GPU: slots}},
                 },
             )
             for p in range(resident):

@@ -23,7 +23,8 @@ from hami_extender.wire import (
     encode,
 )
 from hami_sim.kubeapi import KubeApiEmulator
-from tests.extender.cluster import add_pod
+from hami_sim.waiting import eventually
+from tests.extender.cluster import add_node, add_pod, cards, gpu_container
 from tests.extender.conftest import Served
 
 
@@ -148,3 +149,24 @@ async def test_probes_answer(extender: Served) -> None:
 async def test_prioritize_scores_every_node_between_0_and_10(extender: Served) -> None:
     response = await extender.client.post("/prioritize", json={"Pod": {}, "NodeNames": ["a", "b"]})
     assert response.json() == [{"Host": "a", "Score": 0}, {"Host": "b", "Score": 0}]
+
+
+async def test_the_verbs_answer_only_post(extender: Served) -> None:
+    response = await extender.client.get("/filter")
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert (await extender.client.post("/filter", content=b"")).status_code == 400
+
+
+async def test_a_node_that_registers_later_is_no_longer_reported_unregistered(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    names = ["node1", "late"]
+    add_node(emulator, "node1", cards("node1", n=1, devmem=1000))
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    first = await extender.filter(add_pod(emulator, "a"), names)
+    assert (first["NodeNames"], first["FailedNodes"]) == (["node1"], {"late": "node unregistered"})
+    add_node(emulator, "late")
+    await eventually(lambda: "late" in extender.state["ledger"])
+    second = await extender.filter(add_pod(emulator, "b", containers=[gpu_container(mem=2000)]), names)
+    assert (second["NodeNames"], second["FailedNodes"]) == (["late"], {})

@@ -40,7 +40,8 @@ from hami_extender.notices import NoticeQueue
 from hami_extender.placer import Placer
 from hami_extender.publisher import PlacementPublisher
 from hami_extender.readiness import Readiness
-from hami_extender.routes import extender, health
+from hami_extender.routes import health
+from hami_extender.routes.extender import ExtenderApp
 from hami_extender.settings import ExtenderSettings
 from hami_extender.sync import LedgerSync
 
@@ -180,7 +181,6 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                     for task in tasks:
                         task.cancel()
 
-    app = FastAPI(lifespan=lifespan, title="hami-extender")
-    app.include_router(extender.router)
+    app = ExtenderApp(lifespan=lifespan, title="hami-extender")
     app.include_router(health.router)
     return app

@@ -1,11 +1,12 @@
-"""Dependencies of the HTTP handlers: the objects the lifespan built, reached through ``request.state``."""
+"""Dependencies of the HTTP handlers: the objects the lifespan built, reached through ``request.state``.
+
+They are ``async`` on purpose: FastAPI runs a plain-function dependency in a worker thread."""
 
 from __future__ import annotations
 
-import hmac
 from typing import Annotated, TypedDict
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, Request
 
 from hami_extender.binder import Binder
 from hami_extender.handshake import NodeHandshakes
@@ -25,7 +26,6 @@ __all__ = [
     "ReadinessDep",
     "SettingsDep",
     "State",
-    "require_token",
 ]
 
 
@@ -40,37 +40,37 @@ class State(TypedDict):
     handshakes: NodeHandshakes
 
 
-def get_settings(request: Request) -> ExtenderSettings:
+async def get_settings(request: Request) -> ExtenderSettings:
     settings: ExtenderSettings = request.state.settings
     return settings
 
 
-def get_ledger(request: Request) -> Ledger:
+async def get_ledger(request: Request) -> Ledger:
     ledger: Ledger = request.state.ledger
     return ledger
 
 
-def get_placer(request: Request) -> Placer:
+async def get_placer(request: Request) -> Placer:
     placer: Placer = request.state.placer
     return placer
 
 
-def get_binder(request: Request) -> Binder:
+async def get_binder(request: Request) -> Binder:
     binder: Binder = request.state.binder
     return binder
 
 
-def get_leadership(request: Request) -> Leadership:
+async def get_leadership(request: Request) -> Leadership:
     leadership: Leadership = request.state.leadership
     return leadership
 
 
-def get_publisher(request: Request) -> PlacementPublisher:
+async def get_publisher(request: Request) -> PlacementPublisher:
     publisher: PlacementPublisher = request.state.publisher
     return publisher
 
 
-def get_readiness(request: Request) -> Readiness:
+async def get_readiness(request: Request) -> Readiness:
     readiness: Readiness = request.state.readiness
     return readiness
 
@@ -82,13 +82,3 @@ BinderDep = Annotated[Binder, Depends(get_binder)]
 LeadershipDep = Annotated[Leadership, Depends(get_leadership)]
 PublisherDep = Annotated[PlacementPublisher, Depends(get_publisher)]
 ReadinessDep = Annotated[Readiness, Depends(get_readiness)]
-
-
-def require_token(request: Request, settings: SettingsDep) -> None:
-    """With ``bearer_token`` set, refuse requests without it (401); the probes stay open."""
-    expected = settings.bearer_token
-    if not expected:
-        return
-    given = request.headers.get("authorization", "")
-    if not hmac.compare_digest(given.encode(), f"Bearer {expected}".encode()):
-        raise HTTPException(status.HTTP_401_UNAUTHORIZED, "missing or wrong bearer token")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from hami_common.annotations import DeviceInfo, PodDevices
@@ -100,6 +101,8 @@ class Ledger:
         self._limits: dict[str, NamespaceQuota] = {}
         self._used: dict[str, tuple[int, int]] = {}
         self.version = 0  # bumped on every change
+        self._membership = 0  # bumped when a node registers or leaves
+        self._missing: tuple[AbstractSet[str], int, tuple[str, ...]] | None = None
 
     # --- nodes ---------------------------------------------------------------------------------------------
 
@@ -112,6 +115,7 @@ class Ledger:
     def forget(self, node: str) -> None:
         if self._registrations.pop(node, None) is not None:
             self._drop_view(node)
+            self._membership += 1
             self.version += 1
 
     def _rebuild(self, node: str) -> None:
@@ -130,15 +134,25 @@ class Ledger:
     def view(self, node: str) -> NodeView | None:
         return self._views.get(node)
 
-    def candidates(self, names: Sequence[str], spread: bool) -> tuple[Iterator[NodeView], list[str]]:
+    def candidates(
+        self, names: Sequence[str], spread: bool, wanted: AbstractSet[str] | None = None
+    ) -> tuple[Iterator[NodeView], list[str]]:
         """The registered ``names`` best first for the node policy (binpack: most used first; spread: least
         used first; ties by node name), lazily, and the names that are not registered.
 
-        The ledger keeps every node ordered by score as it changes, so Filter pays one set and one pass
-        over ``names``, then stops at the first node that fits."""
+        The ledger keeps every node ordered by score as it changes, so Filter walks that order only until
+        the first node that fits. ``wanted`` is ``names`` as a set, when the caller has it already; the
+        unregistered names are remembered for it until a node registers or leaves."""
         views = self._views
-        wanted = set(names)
-        missing = [name for name in names if name not in views]
+        if wanted is None:
+            wanted = frozenset(names)
+        remembered = self._missing
+        if remembered is not None and remembered[0] is wanted and remembered[1] == self._membership:
+            missing = list(remembered[2])
+        else:
+            unknown = wanted.difference(views) if isinstance(wanted, frozenset) else set(wanted).difference(views)
+            missing = [name for name in names if name in unknown] if unknown else []
+            self._missing = (wanted, self._membership, tuple(missing))
         order = self._order if spread else reversed(self._order)
         return (views[name] for _, name in order if name in wanted), missing
 
@@ -184,13 +198,15 @@ class Ledger:
             self._set_view(booking.node, _view(apply_charges(view.usage, booking.charges, sign)))
         self.version += 1
 
-    def _drop_view(self, node: str) -> None:
+    def _drop_view(self, node: str) -> NodeView | None:
         old = self._views.pop(node, None)
         if old is not None:
             del self._order[bisect.bisect_left(self._order, (old.score, node))]
+        return old
 
     def _set_view(self, node: str, view: NodeView) -> None:
-        self._drop_view(node)
+        if self._drop_view(node) is None:
+            self._membership += 1
         self._views[node] = view
         bisect.insort(self._order, (view.score, node))
 

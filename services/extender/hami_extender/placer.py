@@ -100,7 +100,7 @@ class Placer:
             spans.FILTER, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
         ) as span:
             span.set_attribute(logkeys.POD_UID, pod.metadata.uid)
-            return await self._place(pod, args.node_names or [], request, prefs)
+            return await self._place(pod, args.node_names or [], args.wanted, request, prefs)
 
     # --- the node-cache path -------------------------------------------------------------------------------
 
@@ -115,9 +115,10 @@ class Placer:
         )
 
     def _choose(
-        self, names: Sequence[str], request: PodRequest, prefs: PodPreferences
+        self, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
     ) -> tuple[NodeFit | None, list[NodeFit]]:
-        ordered, missing = self.ledger.candidates(names, spread=prefs.node_policy is NodePolicy.SPREAD)
+        spread = prefs.node_policy is NodePolicy.SPREAD
+        ordered, missing = self.ledger.candidates(names, spread, wanted or None)
         failed = [NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}) for name in missing]
         checks = [(r.nums, r.memreq, r.coresreq) for r in request.containers if r is not None]
         skipped: list[NodeView] = []
@@ -132,10 +133,12 @@ class Placer:
         failed.extend(self._fit(view, request, prefs) for view in skipped)
         return None, failed
 
-    async def _place(self, pod: Pod, names: Sequence[str], request: PodRequest, prefs: PodPreferences) -> Filtered:
+    async def _place(
+        self, pod: Pod, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
+    ) -> Filtered:
         meta = pod.metadata
         self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
-        chosen, failed = self._choose(names, request, prefs)
+        chosen, failed = self._choose(names, wanted, request, prefs)
         failed_nodes = {fit.node: fit.reason for fit in failed}
         ref = reference_to(pod, "Pod")
         if chosen is None:

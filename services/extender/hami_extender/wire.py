@@ -19,6 +19,7 @@ __all__ = [
     "BindingArgs",
     "BindingResult",
     "FilterArgs",
+    "FilterArgsDecoder",
     "FilterResult",
     "HostPriority",
     "RawNodeList",
@@ -106,10 +107,14 @@ class _WirePod(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class FilterArgs(msgspec.Struct, frozen=True, kw_only=True):
-    """``ExtenderArgs`` as decoded: the pod, and node names (node cache) or full nodes (dry run)."""
+    """``ExtenderArgs`` as decoded: the pod, and node names (node cache) or full nodes (dry run).
+
+    ``node_names`` and ``wanted`` (the same names as a set) may be shared with earlier requests that sent
+    the same list: read them, never change them."""
 
     pod: Pod | None = None
     node_names: list[str] | None = None
+    wanted: frozenset[str] = frozenset()
     nodes: RawNodeList | None = None
     node_objects: list[Node] = msgspec.field(default_factory=list)
 
@@ -143,18 +148,45 @@ def _field(decoder: msgspec.json.Decoder[T], raw: msgspec.Raw | None, what: str)
         raise InvalidInput(f"decode extender args: {what}: {err}") from err
 
 
+class FilterArgsDecoder:
+    """Decodes ``ExtenderArgs`` and remembers the last ``NodeNames``: kube-scheduler sends the same list of
+    thousands of names with every pod, so comparing its bytes replaces decoding it and hashing every name."""
+
+    def __init__(self) -> None:
+        self._raw = b""
+        self._names: list[str] | None = None
+        self._wanted: frozenset[str] = frozenset()
+
+    def _node_names(self, raw: msgspec.Raw | None) -> tuple[list[str] | None, frozenset[str]]:
+        if raw is None:
+            return None, frozenset()
+        data = bytes(raw)
+        if data != self._raw:
+            names = _field(_NAMES, raw, "NodeNames")
+            self._raw, self._names, self._wanted = data, names, frozenset(names or ())
+        return self._names, self._wanted
+
+    def decode(self, body: bytes) -> FilterArgs:
+        """Raises ``InvalidInput`` for bad JSON and for a missing pod."""
+        fields = _fields(body)
+        pod = _field(_POD, fields.get("pod"), "Pod")
+        if pod is None:
+            raise InvalidInput("extender args missing pod")
+        names, wanted = self._node_names(fields.get("nodenames"))
+        nodes = _field(_NODES, fields.get("nodes"), "Nodes")
+        objects = [_field(_NODE, item, "Nodes.items") for item in nodes.items] if nodes else []
+        return FilterArgs(
+            pod=pod.to_pod(),
+            node_names=names,
+            wanted=wanted,
+            nodes=nodes,
+            node_objects=[o for o in objects if isinstance(o, Node)],
+        )
+
+
 def decode_filter_args(body: bytes) -> FilterArgs:
     """Decode ``ExtenderArgs``; raises ``InvalidInput`` for bad JSON and for a missing pod."""
-    fields = _fields(body)
-    pod = _field(_POD, fields.get("pod"), "Pod")
-    if pod is None:
-        raise InvalidInput("extender args missing pod")
-    names = _field(_NAMES, fields.get("nodenames"), "NodeNames")
-    nodes = _field(_NODES, fields.get("nodes"), "Nodes")
-    objects = [_field(_NODE, item, "Nodes.items") for item in nodes.items] if nodes else []
-    return FilterArgs(
-        pod=pod.to_pod(), node_names=names, nodes=nodes, node_objects=[o for o in objects if isinstance(o, Node)]
-    )
+    return FilterArgsDecoder().decode(body)
 
 
 def decode_binding_args(body: bytes) -> BindingArgs:
