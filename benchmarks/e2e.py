@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hami_common.service import run_loop
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.audit import audit, mixed_workload
 
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     args.nodes = args.nodes or (10 if args.quick else 100)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="e2ebench") as tmp, tempfile.TemporaryDirectory(prefix="hb-") as socks:
-        result = asyncio.run(_bench(args, Path(tmp), Path(socks)))
+        result = run_loop(_bench(args, Path(tmp), Path(socks)))
     print(f"{result['pods']} pods on {result['nodes']} nodes ({result['node_policy']} nodes, admission to Allocate):")
     took = f"({result['elapsed_s']} s, submitting took {result['submit_s']} s)"
     print(f"  throughput  {result['pods_per_s']:>8.1f} pods/s   {took}")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ from hami_cli.manifests import read_pods
 from hami_cli.state import default_workdir, read_state
 from hami_common.errors import HamiError
 from hami_common.kube import KubeClient, KubeSettings
+from hami_common.service import run_loop
 from hami_sim.stack import Admitter
 from hami_sim.stack.report import placement_rows, render_table, status_rows
 
@@ -61,7 +61,7 @@ def submit_main(argv: Sequence[str]) -> int:
     _workdir_flag(parser)
     args = parser.parse_args(argv)
     try:
-        return asyncio.run(_submit(args.workdir, args.filename))
+        return run_loop(_submit(args.workdir, args.filename))
     except FileNotFoundError:
         print(f"hami submit: no running `hami up` in {args.workdir}", file=sys.stderr)
         return 1
@@ -75,7 +75,7 @@ def status_main(argv: Sequence[str]) -> int:
     _workdir_flag(parser)
     args = parser.parse_args(argv)
     try:
-        return asyncio.run(_status(args.workdir))
+        return run_loop(_status(args.workdir))
     except FileNotFoundError:
         print(f"hami status: no running `hami up` in {args.workdir}", file=sys.stderr)
         return 1

@@ -30,7 +30,7 @@ from hami_cli.state import UpState, default_workdir, write_state
 from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
 from hami_common.annotations import TRACE_CONTEXT
 from hami_common.errors import HamiError
-from hami_common.service import LOG_FORMAT
+from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import setup_tracing
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.report import placement_rows, render_table, status_rows
@@ -187,7 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     provider = setup_tracing("hami-up", extra_processor=SimpleSpanProcessor(exporter))
     print(f"hami up: {args.nodes} nodes × {args.gpus} GPUs", flush=True)
     try:
-        asyncio.run(_up(args, exporter))
+        run_loop(_up(args, exporter))
     except KeyboardInterrupt:
         print("stopping ...", flush=True)
     finally:

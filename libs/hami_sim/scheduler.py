@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Final, TypeVar
 
-import httpx
 import msgspec
 
 from hami_common.kube import (
@@ -30,6 +31,7 @@ from hami_common.kube import (
     pod_source,
     reference_to,
 )
+from hami_sim.http import HttpClient, HttpError
 
 __all__ = ["ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
 
@@ -99,9 +101,10 @@ class SchedulerDriver:
         self.scheduler_name = scheduler_name
         self.retry_after = retry_after
         self.verdicts: dict[str, Verdict] = {}  # pod uid -> latest verdict
-        self._http = httpx.AsyncClient(
-            base_url=extender_url, timeout=_HTTP_TIMEOUT_S, headers=dict(headers or {}), verify=verify
-        )
+        tls = None
+        if verify is not True:
+            tls = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else _unverified()
+        self._http = HttpClient(extender_url, ssl_context=tls, headers=headers, timeout=_HTTP_TIMEOUT_S)
         self._pods = WatchCache(pod_source(kube), name="pods")
         self._nodes = WatchCache(node_source(kube), name="nodes")
         self._queue: asyncio.Queue[tuple[str, str]] = asyncio.Queue()
@@ -172,7 +175,7 @@ class SchedulerDriver:
         args = ExtenderArgs(Pod=msgspec.Raw(msgspec.json.encode(pod)), NodeNames=names)
         try:
             answer = await self._post(FILTER_PATH, args, FilterResult)
-        except (httpx.HTTPError, msgspec.DecodeError) as err:
+        except (HttpError, msgspec.DecodeError) as err:
             return self._record(pod, Verdict(error=f"filter: {err}"))
         if answer.Error:
             return self._record(pod, Verdict(error=answer.Error))
@@ -197,7 +200,7 @@ class SchedulerDriver:
         try:
             answer = await self._post(BIND_PATH, args, BindingResult)
             error = answer.Error
-        except (httpx.HTTPError, msgspec.DecodeError) as err:
+        except (HttpError, msgspec.DecodeError) as err:
             error = f"bind: {err}"
         if error:
             log.info("binding %s/%s to %s failed, will retry: %s", meta.namespace, meta.name, node, error)
@@ -208,11 +211,10 @@ class SchedulerDriver:
         self._record(pod, Verdict(node=node))
 
     async def _post(self, path: str, body: msgspec.Struct, answer: type[R]) -> R:
-        response = await self._http.post(
-            path, content=msgspec.json.encode(body), headers={"Content-Type": "application/json"}
-        )
-        response.raise_for_status()
-        return msgspec.json.decode(response.content, type=answer)
+        reply = await self._http.post(path, msgspec.json.encode(body))
+        if reply.status != HTTPStatus.OK:
+            raise HttpError(f"POST {path}: HTTP {reply.status}: {reply.text[:200]}")
+        return msgspec.json.decode(reply.body, type=answer)
 
     def _record(self, pod: Pod, verdict: Verdict) -> Verdict:
         self.verdicts[pod.metadata.uid] = verdict
@@ -221,3 +223,11 @@ class SchedulerDriver:
 
 def _schedulable(node: Node) -> bool:
     return not any(c.type == "Ready" and c.status == "False" for c in node.status.conditions)
+
+
+def _unverified() -> ssl.SSLContext:
+    """``verify=False``: TLS without checking the extender's certificate (a test set-up only)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import socket
 import threading
@@ -13,14 +12,34 @@ from typing import Any, Final, Self
 
 import uvicorn
 
+from hami_common.service import run_loop
 from hami_sim.kubeapi._app import create_app
 from hami_sim.kubeapi._store import Store
 from hami_sim.net import listening_socket
 
-__all__ = ["KubeApiEmulator"]
+__all__ = ["KubeApiEmulator", "kubeconfig_for", "write_kubeconfig"]
 
 CONTEXT: Final = "hami-sim"
 _START_TIMEOUT: Final = 10.0
+
+
+def kubeconfig_for(url: str, namespace: str = "default") -> dict[str, Any]:
+    """A kubeconfig that lets the official client and kubectl reach the emulator at ``url`` unchanged."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": CONTEXT, "cluster": {"server": url}}],
+        "users": [{"name": CONTEXT, "user": {"token": CONTEXT}}],
+        "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}],
+        "current-context": CONTEXT,
+    }
+
+
+def write_kubeconfig(path: Path | str, url: str) -> Path:
+    """Write the kubeconfig for ``url`` (JSON, which is YAML too) and return its path."""
+    target = Path(path)
+    target.write_text(json.dumps(kubeconfig_for(url), indent=2) + "\n")
+    return target
 
 
 class _Server(uvicorn.Server):
@@ -78,7 +97,7 @@ class KubeApiEmulator:
         started = threading.Event()
         server = _Server(config, started)
         thread = threading.Thread(
-            target=lambda: asyncio.run(server.serve(sockets=[sock])), name=f"kubeapi-{self.port}", daemon=True
+            target=lambda: run_loop(server.serve(sockets=[sock])), name=f"kubeapi-{self.port}", daemon=True
         )
         thread.start()
         if not started.wait(_START_TIMEOUT):
@@ -108,20 +127,11 @@ class KubeApiEmulator:
         return self.store.compact()
 
     def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
-        return {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [{"name": CONTEXT, "cluster": {"server": self.url}}],
-            "users": [{"name": CONTEXT, "user": {"token": CONTEXT}}],
-            "contexts": [{"name": CONTEXT, "context": {"cluster": CONTEXT, "user": CONTEXT, "namespace": namespace}}],
-            "current-context": CONTEXT,
-        }
+        return kubeconfig_for(self.url, namespace)
 
     def write_kubeconfig(self, path: Path | str) -> Path:
         """Write a kubeconfig for this emulator (JSON, which is YAML too) and return its path."""
-        target = Path(path)
-        target.write_text(json.dumps(self.kubeconfig(), indent=2) + "\n")
-        return target
+        return write_kubeconfig(path, self.url)
 
     def __enter__(self) -> Self:
         return self.start()

@@ -7,17 +7,17 @@ only the stack's CA), applies the returned JSONPatch, and creates the mutated po
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import copy
 import ssl
 import uuid
+from http import HTTPStatus
 from typing import Any, Final
 
-import httpx
 import msgspec
 
 from hami_common.errors import InvalidInput, TransientError
+from hami_sim.http import HttpClient, HttpError
 from hami_sim.kubeapi import PatchError, apply_json_patch
 
 __all__ = ["ADMISSION_V1", "WEBHOOK_PATH", "AdmissionDenied", "Admitter"]
@@ -109,12 +109,10 @@ class Admitter:
     """``await admitter.create(pod)``: admission through the webhook, then the create; returns the stored pod."""
 
     def __init__(self, webhook_url: str, ca_file: str, api_url: str) -> None:
-        self._webhook = httpx.AsyncClient(
-            base_url=webhook_url, verify=ssl.create_default_context(cafile=ca_file), timeout=_TIMEOUT_S
+        self._webhook = HttpClient(
+            webhook_url, ssl_context=ssl.create_default_context(cafile=ca_file), timeout=_TIMEOUT_S
         )
-        self._api = httpx.AsyncClient(
-            base_url=api_url, timeout=_TIMEOUT_S, headers={"Content-Type": "application/json"}
-        )
+        self._api = HttpClient(api_url, timeout=_TIMEOUT_S)
         self._namespaces: set[str] = set()
 
     async def close(self) -> None:
@@ -124,11 +122,10 @@ class Admitter:
     async def ready(self) -> bool:
         """Whether the webhook answers its readiness probe over TLS (False while it starts)."""
         try:
-            async with asyncio.timeout(_TIMEOUT_S):
-                reply = await self._webhook.get(READYZ_PATH)
-        except (httpx.HTTPError, TimeoutError):
+            reply = await self._webhook.get(READYZ_PATH)
+        except HttpError:
             return False
-        return reply.status_code == httpx.codes.OK
+        return reply.status == HTTPStatus.OK
 
     async def review(self, pod: Json) -> Json:
         """The pod as the webhook mutated it; raises AdmissionDenied when it is refused."""
@@ -149,16 +146,13 @@ class Admitter:
             ),
         )
         try:
-            async with asyncio.timeout(_TIMEOUT_S):
-                reply = await self._webhook.post(
-                    WEBHOOK_PATH, content=msgspec.json.encode(review), headers={"Content-Type": "application/json"}
-                )
-        except (httpx.HTTPError, TimeoutError) as err:
+            reply = await self._webhook.post(WEBHOOK_PATH, msgspec.json.encode(review))
+        except HttpError as err:
             raise TransientError(f"webhook unreachable: {err}") from err
-        if reply.status_code != httpx.codes.OK:
-            raise AdmissionDenied(f"webhook answered HTTP {reply.status_code}: {reply.text[:200]}")
+        if reply.status != HTTPStatus.OK:
+            raise AdmissionDenied(f"webhook answered HTTP {reply.status}: {reply.text[:200]}")
         try:
-            answer = msgspec.json.decode(reply.content, type=_Answer).response
+            answer = msgspec.json.decode(reply.body, type=_Answer).response
         except msgspec.DecodeError as err:
             raise AdmissionDenied(f"webhook answered a malformed AdmissionReview: {err}") from err
         if not answer.allowed:
@@ -177,9 +171,9 @@ class Admitter:
         if namespace in self._namespaces:
             return
         body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        reply = await self._api.post("/api/v1/namespaces", content=msgspec.json.encode(body))
-        if reply.status_code not in (httpx.codes.CREATED, httpx.codes.OK, httpx.codes.CONFLICT):
-            raise TransientError(f"cannot create namespace {namespace}: HTTP {reply.status_code}")
+        reply = await self._api.post("/api/v1/namespaces", msgspec.json.encode(body))
+        if reply.status not in (HTTPStatus.CREATED, HTTPStatus.OK, HTTPStatus.CONFLICT):
+            raise TransientError(f"cannot create namespace {namespace}: HTTP {reply.status}")
         self._namespaces.add(namespace)
 
     async def create(self, pod: Json) -> Json:
@@ -188,17 +182,13 @@ class Admitter:
         namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
         mutated.setdefault("metadata", {})["namespace"] = namespace
         try:
-            async with asyncio.timeout(_TIMEOUT_S):
-                await self._ensure_namespace(namespace)
-                reply = await self._api.post(
-                    f"/api/v1/namespaces/{namespace}/pods",
-                    content=msgspec.json.encode(mutated),
-                )
-        except (httpx.HTTPError, TimeoutError) as err:
+            await self._ensure_namespace(namespace)
+            reply = await self._api.post(f"/api/v1/namespaces/{namespace}/pods", msgspec.json.encode(mutated))
+        except HttpError as err:
             raise TransientError(f"apiserver unreachable: {err}") from err
-        if reply.status_code == httpx.codes.CONFLICT:
+        if reply.status == HTTPStatus.CONFLICT:
             raise InvalidInput(f"pod {namespace}/{mutated['metadata'].get('name')} already exists")
-        if reply.status_code >= httpx.codes.BAD_REQUEST:
-            raise InvalidInput(f"apiserver refused the pod: HTTP {reply.status_code}: {reply.text[:200]}")
+        if reply.status >= HTTPStatus.BAD_REQUEST:
+            raise InvalidInput(f"apiserver refused the pod: HTTP {reply.status}: {reply.text[:200]}")
         created: Json = reply.json()
         return created

@@ -26,7 +26,7 @@ from hami_extender.ledger import Ledger
 from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
-from hami_sim.kubeapi import KubeApiEmulator, find_resource
+from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
@@ -70,7 +70,7 @@ class LocalCluster:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.nats = EmbeddedNats(store_dir=None)
-        self.api = KubeApiEmulator(bookmark_interval=1.0, history=20_000)
+        self.api = KubeApiProcess(bookmark_interval=1.0, history=20_000)
         self.nodes: dict[str, SimNode] = {}
         self.submitted_at: dict[str, float] = {}  # pod uid -> time.monotonic() when admission began
         self.admitted: dict[str, Admitted] = {}  # pod uid -> what the kubelet's Allocate calls answered
@@ -201,9 +201,6 @@ class LocalCluster:
         return service
 
     def _seed_nodes(self) -> None:
-        nodes = find_resource("", "v1", "nodes")
-        if nodes is None:
-            raise RuntimeError("the API emulator serves no nodes")
         devices = str(self.config.gpus_per_node * self.config.split_count)
         for name in self.config.node_names():
             body: Json = {
@@ -216,7 +213,7 @@ class LocalCluster:
                     "conditions": [{"type": "Ready", "status": "True"}],
                 },
             }
-            self.api.store.create(nodes, None, body)
+            self.api.create("", "v1", "nodes", None, body)
 
     async def start(self, progress: Callable[[str], None] = log.info) -> Self:
         loop = asyncio.get_running_loop()
@@ -230,10 +227,10 @@ class LocalCluster:
         progress("starting nats-server and the Kubernetes API emulator")
         await asyncio.to_thread(self.nats.start)
         stack.callback(self.nats.close)
+        stack.callback(self.api.close)
         await asyncio.to_thread(self.api.start)
-        stack.callback(self.api.stop)
         self.api.write_kubeconfig(self.config.kubeconfig)
-        self._seed_nodes()
+        await asyncio.to_thread(self._seed_nodes)
         self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
         tasks = await stack.enter_async_context(asyncio.TaskGroup())
         stack.push_async_callback(self._stop_services)
@@ -345,4 +342,4 @@ class LocalCluster:
     async def restart_api(self) -> None:
         """Restart the API emulator (every watch breaks) and compact its history (resumes get 410 Gone)."""
         await asyncio.to_thread(self.api.restart)
-        self.api.compact()
+        await asyncio.to_thread(self.api.compact)
