@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import datetime
 
 from hami_common.annotations import (
     BIND_PHASE,
     BIND_TIME,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    NODE_HANDSHAKE,
     NODE_LOCK,
     VGPU_NODE,
     VGPU_TIME,
+    encode_handshake,
 )
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.waiting import eventually
@@ -93,3 +96,20 @@ async def test_bind_sets_bind_phase_binds_the_pod_and_holds_the_node(
     assert anns[BIND_TIME].isdigit()
     lock = emulator.store.get(NODES, None, "node1")["metadata"]["annotations"][NODE_LOCK]
     assert lock.endswith(",default,p1")
+
+
+async def test_a_bind_takes_the_lock_from_the_cached_node_and_marks_the_pod_through_the_binding(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    add_node(emulator, "node1", annotations={NODE_HANDSHAKE: encode_handshake(datetime.now().astimezone())})
+    await synced(extender, "node1")
+    pod = add_pod(emulator, "p1")
+    assert (await extender.filter(pod, ["node1"]))["NodeNames"] == ["node1"]
+    node_path, pod_path = "/api/v1/nodes/node1", "/api/v1/namespaces/default/pods/p1"
+    before = emulator.count("GET", node_path), emulator.count("PATCH", pod_path), emulator.count("PATCH", node_path)
+    assert await extender.bind(pod, "node1") == {"Error": ""}
+    after = emulator.count("GET", node_path), emulator.count("PATCH", pod_path), emulator.count("PATCH", node_path)
+    assert (after[0] - before[0], after[1] - before[1], after[2] - before[2]) == (0, 0, 1)
+    anns = pod_annotations(emulator, "p1")
+    assert anns[BIND_PHASE] == "allocating"
+    assert emulator.store.get(PODS, "default", "p1")["spec"]["nodeName"] == "node1"

@@ -111,6 +111,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 handoff=NodeHandoff(expiry=s.node_lock_timeout),
                 kube=kube,
                 cached_pod=pods.get,
+                cached_node=nodes.get,
                 publisher=publisher,
                 notices=notices,
                 clock=_now,

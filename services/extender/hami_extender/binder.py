@@ -89,11 +89,33 @@ def placement_of(pod: Pod, booking: Booking, bind_time: datetime, config: Resour
 
 
 @dataclass(eq=False)
+class _CacheFirst:
+    """Node access whose first read is the watch cache's copy, which saves a GET per lock and unlock. The
+    patch still carries that copy's resourceVersion, so a stale copy gets 409 and the retry reads the
+    apiserver."""
+
+    kube: NodePatcher
+    cached: Node | None
+
+    async def get_node(self, name: str) -> Node:
+        node, self.cached = self.cached, None
+        if node is not None:
+            return node
+        return await self.kube.get_node(name)
+
+    async def patch_node_annotations(
+        self, name: str, changes: AnnotationChanges, *, resource_version: str = ""
+    ) -> Node:
+        return await self.kube.patch_node_annotations(name, changes, resource_version=resource_version)
+
+
+@dataclass(eq=False)
 class Binder:
     ledger: Ledger
     handoff: NodeHandoff
     kube: BindPort
     cached_pod: Callable[[str, str], Pod | None]
+    cached_node: Callable[[str, str], Node | None]
     publisher: PlacementPublisher
     notices: NoticeQueue
     clock: Callable[[], datetime]
@@ -167,16 +189,26 @@ class Binder:
         if booking is not None and any(booking.grants[booking.init_count :]):
             expected = sum(1 for g in booking.grants if g)
             await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
+            cached = self.cached_node("", node)
+
+            def lock(n: Node) -> AnnotationChanges:
+                return self._lock_changes(n, pod)
+
             async with asyncio.timeout(self.call_timeout):
-                await update_node_annotations(self.kube, node, lambda n: self._lock_changes(n, pod))
+                try:
+                    await update_node_annotations(_CacheFirst(self.kube, cached), node, lock)
+                except TransientError:
+                    if cached is None:
+                        raise
+                    # the cached copy may show a lock whose removal it has not seen yet: ask the apiserver
+                    await update_node_annotations(self.kube, node, lock)
         bind_time = self.clock()
+        # HAMi patches these before binding; the Binding carries them instead, and the apiserver copies a
+        # Binding's annotations onto the pod as it binds it: one round trip, and no "allocating" pod that
+        # never got bound.
+        marks = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)}
         async with asyncio.timeout(self.call_timeout):
-            await self.kube.patch_pod_annotations(
-                meta.namespace,
-                meta.name,
-                {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)},
-            )
-            await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid)
+            await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid, annotations=marks)
         return booking, bind_time
 
     def _lock_changes(self, node: Node, pod: Pod) -> AnnotationChanges:
@@ -242,9 +274,12 @@ class Binder:
                     held = False
                 return {NODE_LOCK: None} if held else {}
 
+            cached = self.cached_node("", node)
+            # the cached copy serves only if it shows the lock: an older copy would find nothing to remove
+            nodes = _CacheFirst(self.kube, cached if cached is not None and changes(cached) else None)
             try:
                 async with asyncio.timeout(self.call_timeout):
-                    await update_node_annotations(self.kube, node, changes)
+                    await update_node_annotations(nodes, node, changes)
             except (HamiError, TimeoutError) as err:
                 self.unlock_failures += 1
                 log.warning("lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})
