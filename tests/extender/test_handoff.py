@@ -11,6 +11,8 @@ from hami_common import subjects
 from hami_common.annotations import NODE_LOCK, TRACE_CONTEXT
 from hami_common.bus import Bus, Delivery
 from hami_common.events import AllocationResult, PlacementDecision
+from hami_common.kube import KubeClient
+from hami_extender.settings import ExtenderSettings
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.waiting import eventually
 from tests.extender.cluster import NODES, PODS, add_node, add_pod, gpu_container
@@ -65,6 +67,28 @@ async def test_bind_publishes_the_placement_with_the_pods_trace(
     assert (container.name, container.init, len(container.devices)) == ("main", False, 1)
     assert container.devices[0].usedmem_mib == 1000
     assert delivery.headers["traceparent"].split("-")[1] == TRACEPARENT.split("-")[1]
+    timings = (decision.filter_ns, decision.bind_ns, decision.handoff_wait_ns)
+    assert all(t is not None and t > 0 for t in timings), timings  # the metrics service's latency histograms
+
+
+async def test_a_lock_the_allocator_released_is_not_written_again(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus, settings: ExtenderSettings
+) -> None:
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    pod = await placed(emulator, extender, "p1", "node1")
+    assert await extender.bind(pod, "node1") == {"Error": ""}
+    async with KubeClient.from_settings(settings.kube()) as kube:
+        await kube.patch_node_annotations("node1", {NODE_LOCK: None})  # as HAMi's device plugin does
+    binder = extender.state["binder"]
+    await eventually(lambda: NODE_LOCK not in binder.cached_node("", "node1").metadata.annotations)
+    node_path = "/api/v1/nodes/node1"
+    before = emulator.count("GET", node_path), emulator.count("PATCH", node_path)
+    await bus.publish(subjects.allocated("node1"), allocation(pod, "node1"))
+    await eventually(lambda: binder.unlocks_handled == 1)
+    assert binder.handoff.holder("node1") is None
+    assert (emulator.count("GET", node_path), emulator.count("PATCH", node_path)) == before
 
 
 async def test_allocation_result_on_the_bus_releases_the_node_for_the_next_bind(

@@ -44,6 +44,7 @@ from hami_extender.routes import health
 from hami_extender.routes.extender import ExtenderApp
 from hami_extender.settings import ExtenderSettings
 from hami_extender.sync import LedgerSync
+from hami_extender.timings import FilterTimes
 
 __all__ = ["create_app"]
 
@@ -106,6 +107,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             ledger = Ledger()
             notices = NoticeQueue()
             publisher = PlacementPublisher(timeout=s.publish_timeout)
+            filter_times = FilterTimes()
             binder = Binder(
                 ledger=ledger,
                 handoff=NodeHandoff(expiry=s.node_lock_timeout),
@@ -118,6 +120,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 resources=s.resource_config(),
                 handoff_wait=s.handoff_wait,
                 call_timeout=s.kube_timeout,
+                filter_times=filter_times,
             )
             handshakes = NodeHandshakes(clock=_local_now, leading=lambda: leadership.leading)
             sync = LedgerSync(
@@ -125,6 +128,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             )
             pods.add_handler(sync.on_pod)
             nodes.add_handler(sync.on_node)
+            nodes.add_handler(binder.on_node)
             quotas.add_handler(sync.on_quota)
             elector = (
                 LeaderElector(
@@ -148,6 +152,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 defaults=s.policies(),
                 resources=s.resource_config(),
                 patch_timeout=s.kube_timeout,
+                filter_times=filter_times,
             )
             recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
             readiness = Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait)

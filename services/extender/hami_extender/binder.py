@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Protocol
+
+import msgspec
 
 from hami_common import logkeys, spans
 from hami_common.annotations import (
@@ -32,6 +35,7 @@ from hami_common.errors import AnnotationError, Conflict, HamiError, TransientEr
 from hami_common.events import ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_common.kube import (
     AnnotationChanges,
+    Change,
     Node,
     NodePatcher,
     Pod,
@@ -49,6 +53,7 @@ from hami_extender.notices import BINDING_FAILED, BINDING_SUCCEED, NoticeQueue
 from hami_extender.placer import request_of
 from hami_extender.publisher import PlacementPublisher
 from hami_extender.sync import booking_from
+from hami_extender.timings import FilterTimes
 from hami_extender.wire import BindingArgs
 
 __all__ = ["BindPort", "Binder", "placement_of"]
@@ -96,16 +101,20 @@ class _CacheFirst:
 
     kube: NodePatcher
     cached: Node | None
+    last: Node | None = None
 
     async def get_node(self, name: str) -> Node:
         node, self.cached = self.cached, None
-        if node is not None:
-            return node
-        return await self.kube.get_node(name)
+        if node is None:
+            node = await self.kube.get_node(name)
+        self.last = node
+        return node
 
     async def patch_node_annotations(
         self, name: str, changes: AnnotationChanges, *, resource_version: str = ""
     ) -> Node:
+        if not changes and self.last is not None:
+            return self.last  # nothing to change: no write
         return await self.kube.patch_node_annotations(name, changes, resource_version=resource_version)
 
 
@@ -122,9 +131,13 @@ class Binder:
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     handoff_wait: float = 10.0
     call_timeout: float = 10.0
+    filter_times: FilterTimes = field(default_factory=FilterTimes)
     _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
     unlock_failures: int = 0
+    unlocks_handled: int = 0  # ended holds whose lock annotation was removed, found gone, or failed to go
     _releasing: set[tuple[str, str]] = field(default_factory=set)  # holds ended, lock annotation not yet removed
+    _locks: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> the pod whose lock we wrote
+    _seen: set[str] = field(default_factory=set)  # nodes whose watched copy has shown that lock
 
     # --- bind ------------------------------------------------------------------------------------------------
 
@@ -141,8 +154,9 @@ class Binder:
         ) as span:
             span.set_attribute(logkeys.POD_UID, uid)
             span.set_attribute(logkeys.NODE, args.node)
+            started = time.perf_counter_ns()
             try:
-                booking, bind_time = await self._bind(pod, args.node)
+                booking, bind_time, handoff_wait = await self._bind(pod, args.node)
             except (HamiError, TimeoutError) as err:
                 self.ledger.release(uid)
                 self._end_hold(uid)
@@ -166,7 +180,18 @@ class Binder:
                 f"Successfully binding node [{args.node}] to {pod.metadata.namespace}/{pod.metadata.name}",
             )
             if booking is not None:
-                await self.publisher.publish(placement_of(pod, booking, bind_time, self.resources))
+                decision = msgspec.structs.replace(
+                    placement_of(pod, booking, bind_time, self.resources),
+                    filter_ns=self.filter_times.take(uid),
+                    bind_ns=time.perf_counter_ns() - started,
+                    handoff_wait_ns=handoff_wait,
+                )
+                # a sibling of the message, not its parent: the node agent's spans continue the bind span
+                place = tracer().start_span(spans.PLACE)
+                try:
+                    await self.publisher.publish(decision)
+                finally:
+                    place.end()
 
     async def _pod(self, args: BindingArgs) -> Pod:
         pod = self.cached_pod(args.pod_namespace, args.pod_name)
@@ -177,8 +202,10 @@ class Binder:
             raise Conflict(f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.metadata.uid}, not {args.pod_uid}")
         return pod
 
-    async def _bind(self, pod: Pod, node: str) -> tuple[Booking | None, datetime]:
+    async def _bind(self, pod: Pod, node: str) -> tuple[Booking | None, datetime, int | None]:
+        """Lock, mark and bind; returns the booking, the bind time and how long the hand-off waited (ns)."""
         meta = pod.metadata
+        handoff_wait: int | None = None
         booking = self.ledger.booking(meta.uid)
         if booking is None:
             booking = booking_from(pod)
@@ -188,7 +215,9 @@ class Binder:
             raise Conflict(f"pod {meta.namespace}/{meta.name} was filtered to {booking.node}, not {node}")
         if booking is not None and any(booking.grants[booking.init_count :]):
             expected = sum(1 for g in booking.grants if g)
+            waited = time.perf_counter_ns()
             await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
+            handoff_wait = time.perf_counter_ns() - waited
             cached = self.cached_node("", node)
 
             def lock(n: Node) -> AnnotationChanges:
@@ -202,6 +231,8 @@ class Binder:
                         raise
                     # the cached copy may show a lock whose removal it has not seen yet: ask the apiserver
                     await update_node_annotations(self.kube, node, lock)
+            self._locks[node] = (meta.namespace, meta.name)
+            self._seen.discard(node)
         bind_time = self.clock()
         # HAMi patches these before binding; the Binding carries them instead, and the apiserver copies a
         # Binding's annotations onto the pod as it binds it: one round trip, and no "allocating" pod that
@@ -209,7 +240,7 @@ class Binder:
         marks = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)}
         async with asyncio.timeout(self.call_timeout):
             await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid, annotations=marks)
-        return booking, bind_time
+        return booking, bind_time, handoff_wait
 
     def _lock_changes(self, node: Node, pod: Pod) -> AnnotationChanges:
         """HAMi's LockNode: take a free, expired, own or orphaned lock; refuse a live lock of another pod."""
@@ -261,6 +292,27 @@ class Binder:
         if hold is not None:
             self._unlock(hold.node, hold.namespace, hold.name)
 
+    def on_node(self, change: Change[Node]) -> None:
+        """Watch handler: notes when a node we locked shows our lock, so its removal can be told apart from
+        a copy that is merely older than our write."""
+        node = change.obj
+        holder = self._locks.get(node.metadata.name)
+        if holder is None or node.metadata.name in self._seen:
+            return
+        value = node.metadata.annotations.get(NODE_LOCK)
+        try:
+            if value is not None and decode_node_lock(value).held_by(*holder):
+                self._seen.add(node.metadata.name)
+        except AnnotationError:
+            return
+
+    def _seen_lock(self, node: str, namespace: str, name: str) -> bool:
+        if self._locks.get(node) != (namespace, name) or node not in self._seen:
+            return False
+        del self._locks[node]
+        self._seen.discard(node)
+        return True
+
     async def run_unlocks(self) -> None:
         """Remove HAMi's lock annotation of ended holds (owned by the lifespan)."""
         while True:
@@ -275,8 +327,15 @@ class Binder:
                 return {NODE_LOCK: None} if held else {}
 
             cached = self.cached_node("", node)
+            shows_lock = cached is not None and bool(changes(cached))
+            if not shows_lock and self._seen_lock(node, namespace, name):
+                # the watch showed our lock and has since shown it gone: the allocator released it (as
+                # HAMi's device plugin does after Allocate), or another scheduler took it over
+                self._releasing.discard((namespace, name))
+                self.unlocks_handled += 1
+                continue
             # the cached copy serves only if it shows the lock: an older copy would find nothing to remove
-            nodes = _CacheFirst(self.kube, cached if cached is not None and changes(cached) else None)
+            nodes = _CacheFirst(self.kube, cached if shows_lock else None)
             try:
                 async with asyncio.timeout(self.call_timeout):
                     await update_node_annotations(nodes, node, changes)
@@ -285,3 +344,4 @@ class Binder:
                 log.warning("lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})
             finally:
                 self._releasing.discard((namespace, name))
+                self.unlocks_handled += 1

@@ -46,6 +46,7 @@ from hami_common.tracing import context_from_annotation, tracer
 from hami_extender.ledger import Booking, Ledger, NodeView
 from hami_extender.notices import FILTERING_FAILED, FILTERING_SUCCEED, NoticeQueue
 from hami_extender.sync import registration_from
+from hami_extender.timings import FilterTimes
 from hami_extender.wire import FilterArgs, FilterResult, RawNodeList
 
 __all__ = ["Filtered", "Placer", "request_of"]
@@ -80,6 +81,7 @@ class Placer:
     defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     patch_timeout: float = 10.0
+    filter_times: FilterTimes = field(default_factory=FilterTimes)  # read by Bind, for the placement decision
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:

@@ -148,6 +148,8 @@ def filter_verb(decoder: FilterArgsDecoder) -> Verb:
             log.warning("filter failed: %s", err)
             return _json(FilterResult(error=str(err)))
         total = time.perf_counter() - started
+        if filtered.result.node_names and args.pod is not None and args.nodes is None:
+            state["placer"].filter_times.record(args.pod.metadata.uid, int(total * 1e9))
         timing = f"filter;dur={total * 1000:.3f}, apiserver;dur={filtered.apiserver_s * 1000:.3f}"
         return Answer(encode(filtered.result), headers=((SERVER_TIMING, timing.encode()),))
 
