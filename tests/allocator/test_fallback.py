@@ -6,6 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from hami_allocator.followup import FollowUp, Served
 from hami_allocator.inventory import DeclaredInventory
 from hami_allocator.service import serve
 from hami_allocator.settings import AllocatorSettings
@@ -19,6 +20,8 @@ from hami_common.annotations import (
     DEVICES_TO_ALLOCATE,
     NODE_LOCK,
     ContainerDevice,
+    decode_pod_devices,
+    encode_pod_devices,
 )
 from hami_common.kube import KubeClient
 from hami_common.resources import GPU
@@ -235,3 +238,26 @@ async def test_a_placement_staged_after_the_fallback_served_it_is_not_handed_to_
         await svc.followup.join()
     assert one.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[0]
     assert two.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
+
+
+async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kube: KubeClient, core: Any) -> None:
+    """The erasure first writes on the watch's copy of the pod; when that copy is behind the apiserver (here
+    it still shows container a's entry, erased meanwhile), the write is refused and made on a fresh read."""
+    await create(core, node_body(lock_holder=("default", "late")))
+    body = bound_pod_body("late", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
+    uid = await create(core, body)
+    stale = await kube.get_pod("default", "late")
+    rest = encode_pod_devices([[], [dev(GPUS[1], 2000, 20)]])  # container a served and erased meanwhile
+    await kube.patch_pod_annotations("default", "late", {DEVICES_TO_ALLOCATE: rest})
+    followup = FollowUp(NODE, pods=kube, nodes=kube, known_pod=lambda namespace, name: stale)
+    worker = asyncio.create_task(followup.run())
+    followup.submit(
+        Served(pod_uid=uid, namespace="default", name="late", container="b", device_uuids=(GPUS[1],), staged=True)
+    )
+    await followup.join()
+    worker.cancel()
+    annotations = (await kube.get_pod("default", "late")).metadata.annotations
+    assert not any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
+    assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+    assert followup.failures == 0

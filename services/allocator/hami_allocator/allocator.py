@@ -169,13 +169,16 @@ class Allocator:
                 raise TransientError(f"cannot prepare host files of container {allocation.name}: {err}") from err
             self.inflight.setdefault(served.pod_uid, set()).add(served.container)
         self.followup.expect()
-        self._trace(served, started)
         elapsed_ns = time.time_ns() - started
         self.latencies_ms[served.staged].append(elapsed_ns / 1e6)
-        return allocation, dataclasses.replace(served, allocate_ns=elapsed_ns)
+        return allocation, dataclasses.replace(served, started_ns=started, allocate_ns=elapsed_ns)
 
     def follow_up(self, served: Served) -> None:
-        """Hand a served container to the follow-up worker (after its reply is sent)."""
+        """Record the span and log line of a served container, and hand it to the follow-up worker.
+
+        Called once its reply is sent: neither the span nor the log line is something the kubelet waits for.
+        """
+        self._trace(served)
         self.followup.submit(served, expected=True)
 
     async def _fallback(self, count: int, problems: Sequence[str]) -> tuple[ContainerAllocation, Served]:
@@ -219,13 +222,13 @@ class Allocator:
         )
         return allocation, served
 
-    def _trace(self, served: Served, started_ns: int) -> None:
+    def _trace(self, served: Served) -> None:
         ctx = context_from_annotation(served.trace_context) if served.trace_context else None
-        span = tracer().start_span(spans.ALLOCATE, context=ctx, start_time=started_ns)
+        span = tracer().start_span(spans.ALLOCATE, context=ctx, start_time=served.started_ns)
         span.set_attribute(logkeys.POD_UID, served.pod_uid)
         span.set_attribute(logkeys.NODE, self.node)
         span.set_attribute("staged", served.staged)
-        span.end()
+        span.end(end_time=served.started_ns + (served.allocate_ns or 0) if served.started_ns else None)
         log.info(
             "allocated %s/%s container %s: %s (%s)",
             served.namespace,

@@ -4,7 +4,9 @@ For each served container, in the order they were served (one worker, FIFO), as 
 (hami-protocol §2.5, §5.4 steps 5-7, §4.11):
 
 1. erase that container's entry from ``hami.io/vgpu-devices-to-allocate`` (pop the first non-empty entry,
-   re-encode, resourceVersion-guarded merge patch, retried on conflict);
+   re-encode, resourceVersion-guarded merge patch, retried on conflict). The first try works on the copy
+   of the pod that the plugin's watch holds, so a current copy costs one request; a stale one is refused
+   by the apiserver and the pod is read again;
 2. when no entry is left, set ``hami.io/bind-phase`` to ``success`` in the same patch and release the node
    lock ``hami.io/mutex.lock`` if this pod holds it; on a failed allocation, set ``failed`` and release;
 3. publish an :class:`AllocationResult` on ``hami.allocated.<node>`` (when a bus is connected).
@@ -17,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -36,7 +38,7 @@ from hami_common.annotations import (
     encode_pod_devices,
     pop_first_container,
 )
-from hami_common.errors import AnnotationError, HamiError, NotFound, TransientError
+from hami_common.errors import AnnotationError, Conflict, HamiError, NotFound, TransientError
 from hami_common.events import AllocationResult
 from hami_common.kube import AnnotationChanges, Node, NodePatcher, Pod, PodPatcher, PodReader, retry_on_conflict
 from hami_common.tracing import context_from_annotation
@@ -61,6 +63,7 @@ class Served:
     staged: bool
     trace_context: str = ""
     failure: str = ""  # non-empty: the allocation of this pod failed (bind-phase failed)
+    started_ns: int | None = None  # when the plugin took the request (epoch ns)
     allocate_ns: int | None = None  # how long the plugin took to answer
 
 
@@ -105,9 +108,11 @@ class FollowUp:
         publisher: ResultPublisher | None = None,
         on_erased: Callable[[str], None] = lambda uid: None,
         clock: Callable[[], int] = time.time_ns,
+        known_pod: Callable[[str, str], Pod | None] = lambda namespace, name: None,
     ) -> None:
         self.node = node
         self.pods = pods
+        self.known_pod = known_pod  # the pod as this node's watch holds it: the erasure's first try reads no more
         self.nodes = nodes
         self.publisher = publisher
         self.on_erased = on_erased
@@ -196,7 +201,14 @@ class FollowUp:
                 raise NotFound(f"pod {served.namespace}/{served.name} was replaced by another of the same name")
             current = decode_pod_devices(pod.metadata.annotations.get(DEVICES_TO_ALLOCATE, ""))
             popped, rest = pop_first_container(current)
-            if tuple(d.uuid for d in popped) != served.device_uuids:
+            done = not any(rest)
+            changes: AnnotationChanges = {DEVICES_TO_ALLOCATE: encode_pod_devices(rest)}
+            if done:
+                changes = {**changes, BIND_PHASE: BIND_PHASE_SUCCESS}
+            patched = await pods.patch_pod_annotations(
+                served.namespace, served.name, changes, resource_version=pod.metadata.resource_version
+            )
+            if tuple(d.uuid for d in popped) != served.device_uuids:  # told once written: a refused try says nothing
                 log.warning(
                     "pod %s/%s: erased entry %s differs from the devices served (%s)",
                     served.namespace,
@@ -205,22 +217,29 @@ class FollowUp:
                     list(served.device_uuids),
                     extra={logkeys.POD_UID: served.pod_uid},
                 )
-            done = not any(rest)
-            changes: AnnotationChanges = {DEVICES_TO_ALLOCATE: encode_pod_devices(rest)}
-            if done:
-                changes = {**changes, BIND_PHASE: BIND_PHASE_SUCCESS}
-            return await pods.patch_pod_annotations(
-                served.namespace, served.name, changes, resource_version=pod.metadata.resource_version
-            )
+            return patched
 
         try:
-            await retry_on_conflict(read, write, attempts=_ATTEMPTS)
+            if not await self._write_known(served, write):
+                await retry_on_conflict(read, write, attempts=_ATTEMPTS)
         except NotFound:
             self.on_erased(served.pod_uid)
             return  # the pod is gone: nothing to erase
         self.on_erased(served.pod_uid)
         if done:
             await self._release(served)
+
+    async def _write_known(self, served: Served, write: Callable[[Pod], Awaitable[Pod]]) -> bool:
+        """``write`` on the watch's copy of the pod, sparing a read; False when there is no such copy or it
+        is behind the apiserver's (a 409, so nothing was written)."""
+        known = self.known_pod(served.namespace, served.name)
+        if known is None or known.metadata.uid != served.pod_uid:
+            return False
+        try:
+            await write(known)
+        except Conflict:
+            return False
+        return True
 
     async def _release(self, served: Served) -> None:
         if self.nodes is not None and await release_node_lock(self.nodes, self.node, served.namespace, served.name):

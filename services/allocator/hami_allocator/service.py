@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
+def _no_pod(namespace: str, name: str) -> Pod | None:
+    return None
+
+
 class LazyBus:
     """A publisher that connects in the background and drops results while NATS is unreachable:
     allocation never waits for the bus (ARCHITECTURE §3)."""
@@ -80,7 +84,12 @@ class AllocatorService:
     ) -> None:
         self.node = node
         self.kube = kube
-        self.followup = FollowUp(node, pods=kube, nodes=kube, publisher=publisher)
+        self.pods: WatchCache[Pod] | None = None
+        if kube is not None:
+            self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
+        self.followup = FollowUp(
+            node, pods=kube, nodes=kube, publisher=publisher, known_pod=self.pods.get if self.pods else _no_pod
+        )
         self.allocator = Allocator(
             node,
             store=store,
@@ -94,9 +103,7 @@ class AllocatorService:
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
         )
         self.server = PluginServer.for_plugin(endpoint, self.plugin)
-        self.pods: WatchCache[Pod] | None = None
-        if kube is not None:
-            self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
+        if self.pods is not None:
             self.pods.add_handler(self._on_pod)
             self.allocator.known_pods = self.pods.items
 
