@@ -1,16 +1,22 @@
 """Allocate latency of the device plugin: staged answer versus the annotation fallback, side by side.
 
-Everything runs over the real protocols and, as on a node, in separate processes: the plugin (this process)
-on a unix socket, the kubelet's Allocate calls from a child process, the Kubernetes API emulator over HTTP.
-Each round binds one pod the way the extender leaves it (annotations, bind-phase allocating); for the staged
-path its answer is also written to the staging store.
+Everything runs over the real protocols and, as on a node, in separate processes: the plugin (this process,
+on uvloop as the service runs) on a unix socket, the kubelet's calls from a child process, the Kubernetes
+API emulator over HTTP in a process of its own. Each round binds one pod the way the extender leaves it
+(annotations, bind-phase allocating); for the staged path its answer is also written to the staging store.
 The kubelet side calls GetPreferredAllocation before Allocate, as the kubelet does when the plugin offers
 it; only the ``Allocate`` call is timed; the follow-up writes (erasure, bind-phase, lock) are awaited between
 rounds, outside the timing, and the pod is then deleted so every round sees the same node.
 
+Two more figures say where the time goes. ``plugin_*_p50_ms`` is the plugin's own work (request in to
+answer out) and ``*_transport_p50_ms`` the rest of each call: gRPC's round trip and both processes waking.
+``floor_p50_ms`` is the same call, from the same child, to a plugin that answers at once with a canned
+answer of the same size: no plugin can be faster than that on this machine with these gRPC stacks.
+
     python benchmarks/allocate.py [--quick] [--rounds N]
 
-The last line is JSON: ``staged_p50_ms``, ``staged_p99_ms``, ``fallback_p50_ms``, ``fallback_p99_ms``.
+The last line is JSON: ``staged_p50_ms``, ``staged_p99_ms``, ``fallback_p50_ms``, ``fallback_p99_ms``,
+``floor_p50_ms`` and the figures above.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ import grpc
 from kubernetes import client, config
 
 from hami_allocator.inventory import DeclaredInventory, Gpu
+from hami_allocator.plugin import to_pb
 from hami_allocator.server import Endpoint
 from hami_allocator.service import AllocatorService
 from hami_common.allocation import NodeAllocationConfig, build_pod, from_annotation
@@ -47,9 +54,10 @@ from hami_common.annotations import (
     decode_pod_devices,
     encode_pod_devices,
 )
-from hami_common.deviceplugin.rpc import DevicePluginClient, pb, unix_target
+from hami_common.deviceplugin.rpc import DevicePluginServicer, add_device_plugin, pb, unix_target
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.resources import GPU
+from hami_common.service import run_loop
 from hami_common.staging import StagedPod, StagingStore
 from hami_sim.kubelet import KubeletEmulator
 from hami_sim.waiting import eventually
@@ -60,6 +68,8 @@ SPLIT = 10
 WARMUP = 5
 QUIET_S = 0.02
 SCRIPT = str(Path(__file__).resolve())
+PREFERRED_METHOD = "/v1beta1.DevicePlugin/GetPreferredAllocation"
+ALLOCATE_METHOD = "/v1beta1.DevicePlugin/Allocate"
 
 
 def _percentile(samples: list[float], q: float) -> float:
@@ -98,7 +108,8 @@ async def _round(
     alloc: NodeAllocationConfig,
     kubelet: _KubeletSide,
     service: AllocatorService,
-) -> float:
+) -> tuple[float, float]:
+    """One pod bound and allocated; (ms as the kubelet sees it, ms inside the plugin)."""
     uuid = GPUS[i % len(GPUS)]
     value = encode_pod_devices([[ContainerDevice(uuid=uuid, type="NVIDIA", usedmem=1000, usedcores=10)]])
     name = f"{'staged' if staged else 'fallback'}-{i}"
@@ -123,36 +134,78 @@ async def _round(
     cache = service.pods
     await eventually(lambda: cache.get("default", name), what="the plugin's watch saw the pod")
     await asyncio.sleep(QUIET_S)  # and the node has gone quiet, as it has by the time a kubelet admits a pod
-    elapsed_ms, visible = await kubelet.allocate(f"{uuid}-0")
+    elapsed_ms, visible = await kubelet.allocate(service.server.endpoint.socket, f"{uuid}-0")
     assert visible == uuid, visible
+    inside_ms = service.allocator.latencies_ms[staged][-1]
     await service.followup.join()
     await asyncio.to_thread(core.delete_namespaced_pod, name, "default")
+    return elapsed_ms, inside_ms
+
+
+async def _floor_round(i: int, socket: Path, kubelet: _KubeletSide) -> float:
+    """The same call to a plugin that answers at once, with a canned answer: gRPC's own round trip."""
+    uuid = GPUS[i % len(GPUS)]
+    await asyncio.sleep(QUIET_S)
+    elapsed_ms, visible = await kubelet.allocate(socket, f"{uuid}-0")
+    assert visible == GPUS[0], visible
     return elapsed_ms
 
 
+class _Canned(DevicePluginServicer):  # type: ignore[misc]
+    """A device plugin with nothing to decide: one prepared answer for every request."""
+
+    def __init__(self, answer: pb.ContainerAllocateResponse) -> None:
+        self.answer = pb.AllocateResponse(container_responses=[answer])
+
+    async def GetPreferredAllocation(  # noqa: N802
+        self, request: pb.PreferredAllocationRequest, context: Any
+    ) -> pb.PreferredAllocationResponse:
+        ids = request.container_requests[0].available_deviceIDs[:1]
+        return pb.PreferredAllocationResponse(
+            container_responses=[pb.ContainerPreferredAllocationResponse(deviceIDs=ids)]
+        )
+
+    async def Allocate(self, request: pb.AllocateRequest, context: Any) -> pb.AllocateResponse:  # noqa: N802
+        return self.answer
+
+
+async def _serve_canned(socket: Path, alloc: NodeAllocationConfig, stack: contextlib.AsyncExitStack) -> None:
+    grant = from_annotation(
+        pod_uid="canned",
+        namespace="default",
+        name="canned",
+        container_names=["main"],
+        devices=((ContainerDevice(uuid=GPUS[0], type="NVIDIA", usedmem=1000, usedcores=10),),),
+    )
+    server = grpc.aio.server()
+    add_device_plugin(server, _Canned(to_pb(build_pod(grant, alloc)[0].response)))
+    server.add_insecure_port(unix_target(str(socket)))
+    await server.start()
+    stack.push_async_callback(server.stop, None)
+
+
 class _KubeletSide:
-    """The kubelet's Allocate calls, from a process of their own as the kubelet's are: the child reads a
-    device ID per line, calls Allocate over the plugin's socket, and answers ``<ms> <NVIDIA_VISIBLE_DEVICES>``."""
+    """The kubelet's Allocate calls, from a process of their own as the kubelet's are: the child reads
+    ``<socket> <device ID>`` per line, calls the plugin there, and answers ``<ms> <NVIDIA_VISIBLE_DEVICES>``."""
 
     def __init__(self, proc: asyncio.subprocess.Process) -> None:
         self.proc = proc
 
     @classmethod
-    async def start(cls, socket: str) -> _KubeletSide:
+    async def start(cls) -> _KubeletSide:
         proc = await asyncio.create_subprocess_exec(
             sys.executable,
             SCRIPT,
             "--client",
-            socket,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
         )
         return cls(proc)
 
-    async def allocate(self, device_id: str) -> tuple[float, str]:
+    async def allocate(self, socket: Path, device_id: str) -> tuple[float, str]:
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
-        self.proc.stdin.write(f"{device_id}\n".encode())
+        self.proc.stdin.write(f"{socket} {device_id}\n".encode())
         await self.proc.stdin.drain()
         line = (await self.proc.stdout.readline()).decode().split()
         if len(line) != 2:
@@ -165,30 +218,48 @@ class _KubeletSide:
         await self.proc.wait()
 
 
-async def _client(socket: str) -> None:
-    """The child: per device ID read, what the kubelet does for a one-GPU container: GetPreferredAllocation,
+class _Plugin:
+    """The kubelet's client of one plugin socket: blocking calls on one channel kept open, as the kubelet's
+    Go client makes them (an asyncio client would add its own event-loop hops to every figure, and those
+    are the client's cost, not the plugin's)."""
+
+    def __init__(self, socket: str) -> None:
+        self.channel = grpc.insecure_channel(unix_target(socket))
+        self.preferred = self.channel.unary_unary(
+            PREFERRED_METHOD,
+            request_serializer=pb.PreferredAllocationRequest.SerializeToString,
+            response_deserializer=pb.PreferredAllocationResponse.FromString,
+        )
+        self.allocate = self.channel.unary_unary(
+            ALLOCATE_METHOD,
+            request_serializer=pb.AllocateRequest.SerializeToString,
+            response_deserializer=pb.AllocateResponse.FromString,
+        )
+
+
+def _client() -> None:
+    """The child: per line read, what the kubelet does for a one-GPU container: GetPreferredAllocation,
     then Allocate (timed)."""
-    loop = asyncio.get_running_loop()
-    async with grpc.aio.insecure_channel(unix_target(socket)) as channel:
-        plugin = DevicePluginClient(channel)
-        while line := await loop.run_in_executor(None, sys.stdin.readline):
-            device = line.strip()
-            preferred = pb.PreferredAllocationRequest(
-                container_requests=[
-                    pb.ContainerPreferredAllocationRequest(available_deviceIDs=[device], allocation_size=1)
-                ]
-            )
-            await plugin.preferred(preferred, deadline=30.0)
-            request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[device])])
-            started = time.perf_counter()
-            try:
-                answer = await plugin.allocate(request, deadline=30.0)
-            except grpc.aio.AioRpcError as err:
-                print(f"error {err.code().name}", flush=True)
-                continue
-            elapsed_ms = (time.perf_counter() - started) * 1000
-            visible = answer.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
-            print(f"{elapsed_ms:.4f} {visible}", flush=True)
+    plugins: dict[str, _Plugin] = {}
+    for line in sys.stdin:
+        socket, device = line.split()
+        plugin = plugins.get(socket) or plugins.setdefault(socket, _Plugin(socket))
+        preferred = pb.PreferredAllocationRequest(
+            container_requests=[pb.ContainerPreferredAllocationRequest(available_deviceIDs=[device], allocation_size=1)]
+        )
+        plugin.preferred(preferred, timeout=30.0)
+        request = pb.AllocateRequest(container_requests=[pb.ContainerAllocateRequest(devices_ids=[device])])
+        started = time.perf_counter()
+        try:
+            answer = plugin.allocate(request, timeout=30.0)
+        except grpc.RpcError as err:
+            print(f"error {err.code().name}", flush=True)
+            continue
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        visible = answer.container_responses[0].envs["NVIDIA_VISIBLE_DEVICES"]
+        print(f"{elapsed_ms:.4f} {visible}", flush=True)
+    for plugin in plugins.values():
+        plugin.channel.close()
 
 
 async def _stop(task: asyncio.Task[None]) -> None:
@@ -232,6 +303,8 @@ def _start_apiserver(work: Path, cleanup: contextlib.ExitStack) -> Path:
 
 async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> dict[str, float]:
     times: dict[bool, list[float]] = {True: [], False: []}
+    transport: dict[bool, list[float]] = {True: [], False: []}  # as seen minus inside the plugin
+    floor: list[float] = []
     sockdir = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))
     with contextlib.ExitStack() as cleanup:
         cleanup.callback(shutil.rmtree, sockdir, ignore_errors=True)
@@ -259,20 +332,29 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
             stack.push_async_callback(_stop, task)
             kubelet = await stack.enter_async_context(KubeletEmulator(sockdir, node=NODE))
             await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
-            kubelet_side = await _KubeletSide.start(str(sockdir / "bench.sock"))
+            floor_socket = sockdir / "canned.sock"
+            await _serve_canned(floor_socket, alloc, stack)
+            kubelet_side = await _KubeletSide.start()
             stack.push_async_callback(kubelet_side.close)
-            for i in range(rounds + WARMUP):  # the first rounds warm both paths up, untimed
+            for i in range(rounds + WARMUP):  # the first rounds warm every path up, untimed
                 for staged in (True, False):
-                    ms = await _round(
+                    seen, plugin_ms = await _round(
                         i, staged=staged, core=core, store=store, alloc=alloc, kubelet=kubelet_side, service=service
                     )
                     if i >= WARMUP:
-                        times[staged].append(ms)
+                        times[staged].append(seen)
+                        transport[staged].append(seen - plugin_ms)
+                floor_ms = await _floor_round(i, floor_socket, kubelet_side)
+                if i >= WARMUP:
+                    floor.append(floor_ms)
             assert service.allocator.served_staged == rounds + WARMUP
             assert service.allocator.served_fallback == rounds + WARMUP
     staged_ms, fallback_ms = times[True], times[False]
     inside = service.allocator.latencies_ms
     return {
+        "floor_p50_ms": round(statistics.median(floor), 3),
+        "staged_transport_p50_ms": round(statistics.median(transport[True]), 3),
+        "fallback_transport_p50_ms": round(statistics.median(transport[False]), 3),
         "rounds": rounds,
         "node_pods": node_pods,
         "cluster_pods": cluster_pods,
@@ -288,20 +370,20 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
-    parser.add_argument("--client", metavar="SOCKET", help=argparse.SUPPRESS)  # the kubelet-side child
+    parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)  # the kubelet-side child
     parser.add_argument("--rounds", type=int, default=300, help="timed rounds per path")
     parser.add_argument("--node-pods", type=int, help="other pods bound to the benchmark node (30; quick: 10)")
     parser.add_argument("--cluster-pods", type=int, help="pods on other nodes of the cluster (300; quick: 30)")
     args = parser.parse_args()
     if args.client:
-        asyncio.run(_client(args.client))
+        _client()
         return 0
     rounds = 20 if args.quick else args.rounds
     node_pods = args.node_pods if args.node_pods is not None else (10 if args.quick else 30)
     cluster_pods = args.cluster_pods if args.cluster_pods is not None else (30 if args.quick else 300)
     logging.basicConfig(level=logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="allocbench") as tmp:
-        result = asyncio.run(_bench(rounds, Path(tmp), node_pods, cluster_pods))
+        result = run_loop(_bench(rounds, Path(tmp), node_pods, cluster_pods))  # the plugin's loop, as it runs
     speedup = result["fallback_p50_ms"] / result["staged_p50_ms"] if result["staged_p50_ms"] else float("inf")
     print(
         f"Allocate latency over {rounds} rounds per path (ms); {node_pods} other pods on the node, "
@@ -316,7 +398,14 @@ def main() -> int:
         f"  inside the plugin (request in to answer out): staged {result['plugin_staged_p50_ms']:.3f}, "
         f"fallback {result['plugin_fallback_p50_ms']:.3f} at p50 ({inside:.1f}x)"
     )
-
+    print(
+        f"  the rest, the gRPC round trip and both processes waking: staged {result['staged_transport_p50_ms']:.3f}, "
+        f"fallback {result['fallback_transport_p50_ms']:.3f} at p50"
+    )
+    print(
+        f"  floor: the same call to a plugin answering at once with a canned answer, {result['floor_p50_ms']:.3f} "
+        f"at p50; staged is {result['staged_p50_ms'] / max(result['floor_p50_ms'], 1e-9):.2f}x that"
+    )
     print(json.dumps({**result, "speedup_p50": round(speedup, 1)}))
     return 0
 
