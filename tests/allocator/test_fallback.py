@@ -6,7 +6,7 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from hami_allocator.followup import FollowUp, Served
+from hami_allocator.followup import FollowUp, Served, release_node_lock
 from hami_allocator.inventory import DeclaredInventory
 from hami_allocator.service import serve
 from hami_allocator.settings import AllocatorSettings
@@ -261,3 +261,26 @@ async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kub
     assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
     assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
     assert followup.failures == 0
+
+
+async def test_node_lock_is_released_whatever_the_watch_last_saw_of_the_node(kube: KubeClient, core: Any) -> None:
+    """The release first works on the watch's copy of the node; a copy from before the lock was taken, or
+    one that is behind the apiserver, still ends with this pod's lock released and no other change lost."""
+    await create(core, node_body())
+    before_lock = await kube.get_node(NODE)
+    lock = node_body(lock_holder=("default", "mine"))["metadata"]["annotations"][NODE_LOCK]
+    await kube.patch_node_annotations(NODE, {NODE_LOCK: lock})
+    assert await release_node_lock(kube, NODE, "default", "mine", known=before_lock)
+    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+
+    await kube.patch_node_annotations(NODE, {NODE_LOCK: lock})
+    locked = await kube.get_node(NODE)
+    await kube.patch_node_annotations(NODE, {"example.com/other": "kept"})  # the copy is now stale
+    assert await release_node_lock(kube, NODE, "default", "mine", known=locked)
+    annotations = (await kube.get_node(NODE)).metadata.annotations
+    assert NODE_LOCK not in annotations
+    assert annotations["example.com/other"] == "kept"
+
+    await kube.patch_node_annotations(NODE, {NODE_LOCK: lock})
+    assert not await release_node_lock(kube, NODE, "default", "another", known=await kube.get_node(NODE))
+    assert (await kube.get_node(NODE)).metadata.annotations[NODE_LOCK] == lock

@@ -8,7 +8,8 @@ For each served container, in the order they were served (one worker, FIFO), as 
    of the pod that the plugin's watch holds, so a current copy costs one request; a stale one is refused
    by the apiserver and the pod is read again;
 2. when no entry is left, set ``hami.io/bind-phase`` to ``success`` in the same patch and release the node
-   lock ``hami.io/mutex.lock`` if this pod holds it; on a failed allocation, set ``failed`` and release;
+   lock ``hami.io/mutex.lock`` if this pod holds it (first on the node as the plugin's watch holds it, as
+   with the pod); on a failed allocation, set ``failed`` and release;
 3. publish an :class:`AllocationResult` on ``hami.allocated.<node>`` (when a bus is connected).
 
 Without an apiserver (staged-only operation) steps 1-2 are skipped; without a bus, step 3 is.
@@ -17,6 +18,7 @@ Without an apiserver (staged-only operation) steps 1-2 are skipped; without a bu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -75,8 +77,14 @@ class ResultPublisher(Protocol):
     async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None: ...
 
 
-async def release_node_lock(nodes: NodePatcher, node: str, namespace: str, name: str) -> bool:
-    """Remove ``hami.io/mutex.lock`` if ``namespace/name`` holds it; True if it was released."""
+async def release_node_lock(
+    nodes: NodePatcher, node: str, namespace: str, name: str, *, known: Node | None = None
+) -> bool:
+    """Remove ``hami.io/mutex.lock`` if ``namespace/name`` holds it; True if it was released.
+
+    ``known``, the node as a watch holds it, is tried first and spares a read when it is current and shows
+    this pod's lock; otherwise (no lock there, another holder, or a 409 because it is stale) the node is read.
+    """
 
     async def read() -> Node:
         return await nodes.get_node(node)
@@ -93,6 +101,10 @@ async def release_node_lock(nodes: NodePatcher, node: str, namespace: str, name:
         await nodes.patch_node_annotations(node, {NODE_LOCK: None}, resource_version=current.metadata.resource_version)
         return True
 
+    if known is not None:
+        with contextlib.suppress(Conflict):
+            if await write(known):
+                return True
     return (await retry_on_conflict(read, write, attempts=_ATTEMPTS)).value
 
 
@@ -109,10 +121,13 @@ class FollowUp:
         on_erased: Callable[[str], None] = lambda uid: None,
         clock: Callable[[], int] = time.time_ns,
         known_pod: Callable[[str, str], Pod | None] = lambda namespace, name: None,
+        known_node: Callable[[], Node | None] = lambda: None,
     ) -> None:
         self.node = node
         self.pods = pods
-        self.known_pod = known_pod  # the pod as this node's watch holds it: the erasure's first try reads no more
+        # The pod and the node as this plugin's watches hold them: first tries that read nothing more.
+        self.known_pod = known_pod
+        self.known_node = known_node
         self.nodes = nodes
         self.publisher = publisher
         self.on_erased = on_erased
@@ -242,7 +257,9 @@ class FollowUp:
         return True
 
     async def _release(self, served: Served) -> None:
-        if self.nodes is not None and await release_node_lock(self.nodes, self.node, served.namespace, served.name):
+        if self.nodes is not None and await release_node_lock(
+            self.nodes, self.node, served.namespace, served.name, known=self.known_node()
+        ):
             log.info(
                 "released the node lock held by %s/%s",
                 served.namespace,

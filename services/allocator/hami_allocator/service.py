@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.inventory import open_inventory
-from hami_common.kube import Change, KubeClient, Pod, WatchCache, pod_source
+from hami_common.kube import Change, KubeClient, ListWatch, Node, Pod, WatchCache, pod_source
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
 from hami_common.staging import StagingStore
@@ -37,8 +38,8 @@ log = logging.getLogger(__name__)
 _TERMINAL = frozenset({"Succeeded", "Failed"})
 
 
-def _no_pod(namespace: str, name: str) -> Pod | None:
-    return None
+def _node_source(kube: KubeClient, node: str) -> ListWatch[Node]:
+    return ListWatch(kube, f"node {node}", Node, kube.core.list_node, (("field_selector", f"metadata.name={node}"),))
 
 
 class LazyBus:
@@ -85,11 +86,13 @@ class AllocatorService:
         self.node = node
         self.kube = kube
         self.pods: WatchCache[Pod] | None = None
+        self.nodes: WatchCache[Node] | None = None  # this node only: the lock release reads it from here
+        self.followup = FollowUp(node, pods=kube, nodes=kube, publisher=publisher)
         if kube is not None:
             self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
-        self.followup = FollowUp(
-            node, pods=kube, nodes=kube, publisher=publisher, known_pod=self.pods.get if self.pods else _no_pod
-        )
+            self.nodes = WatchCache(_node_source(kube, node), name=f"node {node}")
+            self.followup.known_pod = self.pods.get
+            self.followup.known_node = functools.partial(self.nodes.get, "", node)
         self.allocator = Allocator(
             node,
             store=store,
@@ -119,6 +122,8 @@ class AllocatorService:
             tg.create_task(self.followup.run(), name="allocation-follow-up")
             if self.pods is not None:
                 tg.create_task(self.pods.run(), name="node-pods-watch")
+            if self.nodes is not None:
+                tg.create_task(self.nodes.run(), name="node-watch")
 
 
 def _config(s: AllocatorSettings) -> NodeAllocationConfig:
