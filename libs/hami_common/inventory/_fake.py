@@ -57,6 +57,11 @@ class _Gpu(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     memory_utilization: int = 0
 
 
+# libyaml's safe loader parses ~20x faster than the pure-Python one: a cluster-wide file of 100 nodes was read
+# by each node's agent and allocator, two seconds apiece
+_LOADER: Final[type[yaml.SafeLoader]] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     nodes: dict[str, tuple[_Gpu, ...]]
 
@@ -64,7 +69,7 @@ class _File(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
 def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...], tuple[GpuStats, ...]]:
     """The GPUs declared for ``node`` and their host figures; InvalidInput names what is wrong."""
     try:
-        raw = yaml.safe_load(text)
+        raw = yaml.load(text, Loader=_LOADER)  # a safe loader: the C one when libyaml is there
         declared = msgspec.convert(raw, _File)
     except (yaml.YAMLError, msgspec.ValidationError) as err:
         raise InvalidInput(f"fake inventory: {err}") from err
