@@ -36,7 +36,12 @@ def _percentile(values: list[float], q: float) -> float:
 
 async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
     config = StackConfig(
-        workdir=workdir, sockdir=sockdir, nodes=args.nodes, gpus_per_node=args.gpus, node_policy=args.node_policy
+        workdir=workdir,
+        sockdir=sockdir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus,
+        node_policy=args.node_policy,
+        node_hosts=args.node_hosts,
     )
     started = time.monotonic()
     async with LocalCluster(config) as cluster:
@@ -67,6 +72,7 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         "nodes": args.nodes,
         "gpus_per_node": args.gpus,
         "node_policy": args.node_policy,
+        "node_hosts": args.node_hosts,
         "concurrency": args.concurrency,
         "startup_s": round(startup, 2),
         "submit_s": round(submitted, 2),
@@ -89,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32, help="admissions in flight at once")
     parser.add_argument("--node-policy", default="spread", choices=("spread", "binpack"))
+    parser.add_argument(
+        "--node-hosts", type=int, default=1, help="child processes running the simulated nodes (0: in this process)"
+    )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the last allocation")
     args = parser.parse_args(argv)
     args.pods = args.pods or (100 if args.quick else 1000)

@@ -1,4 +1,4 @@
-"""Fixtures of the end-to-end tests: a whole local cluster in this process, and a span recorder."""
+"""Fixtures of the end-to-end tests: a whole local cluster (its nodes in a child process), and a span recorder."""
 
 from __future__ import annotations
 
@@ -27,9 +27,15 @@ def spans() -> Iterator[InMemorySpanExporter]:
     provider.shutdown()
 
 
-def stack_config(tmp_path: Path, sockdir: Path, *, nodes: int, gpus: int = 8) -> StackConfig:
+def stack_config(tmp_path: Path, sockdir: Path, *, nodes: int, gpus: int = 8, node_hosts: int = 1) -> StackConfig:
+    """The nodes run in a child process, as in the benchmark, unless a test needs their spans (node_hosts=0)."""
     return StackConfig(
-        workdir=tmp_path / "stack", sockdir=sockdir, nodes=nodes, gpus_per_node=gpus, node_policy="spread"
+        workdir=tmp_path / "stack",
+        sockdir=sockdir,
+        nodes=nodes,
+        gpus_per_node=gpus,
+        node_policy="spread",
+        node_hosts=node_hosts,
     )
 
 

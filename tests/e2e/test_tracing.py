@@ -32,7 +32,7 @@ def ancestry(span: ReadableSpan, by_id: dict[int, ReadableSpan]) -> list[str]:
 async def test_one_pod_yields_one_trace_from_admission_to_allocate(
     spans: InMemorySpanExporter, tmp_path: Path, sockdir: Path
 ) -> None:
-    async with LocalCluster(stack_config(tmp_path, sockdir, nodes=1, gpus=2)) as cluster:
+    async with LocalCluster(stack_config(tmp_path, sockdir, nodes=1, gpus=2, node_hosts=0)) as cluster:
         created = await cluster.submit(gpu_pod("traced", mem=2000, cores=20))
         uid = created["metadata"]["uid"]
         async with asyncio.timeout(30):

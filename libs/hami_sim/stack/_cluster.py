@@ -32,6 +32,7 @@ from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode
+from hami_sim.stack._nodehost import NodeHost
 from hami_sim.stack._service import RunningService
 from hami_sim.stack.audit import GpuCapacity
 from hami_sim.tls import TlsFiles, write_serving_certificate
@@ -71,7 +72,8 @@ class LocalCluster:
         self.config = config
         self.nats = EmbeddedNats(store_dir=None)
         self.api = KubeApiProcess(bookmark_interval=1.0, history=20_000)
-        self.nodes: dict[str, SimNode] = {}
+        self.nodes: dict[str, SimNode] = {}  # nodes in this process (config.node_hosts == 0)
+        self.hosts: list[NodeHost] = []  # child processes running the nodes otherwise
         self.submitted_at: dict[str, float] = {}  # pod uid -> time.monotonic() when admission began
         self.admitted: dict[str, Admitted] = {}  # pod uid -> what the kubelet's Allocate calls answered
         self.on_admitted: list[Callable[[Admitted], None]] = []
@@ -215,6 +217,23 @@ class LocalCluster:
             }
             self.api.create("", "v1", "nodes", None, body)
 
+    async def _start_nodes(self, connections: NodeConnections, tasks: asyncio.TaskGroup) -> None:
+        for name in self.config.node_names():
+            node = SimNode(name, self.config, connections, tasks, self._admitted)
+            self.nodes[name] = node
+            await node.start()
+            self._services.extend((node.admitter, node.allocator, node.agent))
+        self.pod_watch = self._service("kubelet pod watch", self._run_pod_watch, tasks)
+        self.pod_watch.start()
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
+
+    async def _start_hosts(self, connections: NodeConnections) -> None:
+        names = list(self.config.node_names())
+        count = min(self.config.node_hosts, len(names))
+        self.hosts = [NodeHost(self.config, names[i::count], connections, self._admitted) for i in range(count)]
+        await asyncio.gather(*(host.start() for host in self.hosts))
+
     async def start(self, progress: Callable[[str], None] = log.info) -> Self:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="stack")
@@ -242,15 +261,10 @@ class LocalCluster:
             service.start()
         connections = NodeConnections(nats_url=self.nats.url, kubeconfig=str(self.config.kubeconfig))
         progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs")
-        for name in self.config.node_names():
-            node = SimNode(name, self.config, connections, tasks, self._admitted)
-            self.nodes[name] = node
-            await node.start()
-            self._services.extend((node.admitter, node.allocator, node.agent))
-        self.pod_watch = self._service("kubelet pod watch", self._run_pod_watch, tasks)
-        self.pod_watch.start()
-        async with asyncio.timeout(_READY_TIMEOUT_S):
-            await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
+        if self.config.node_hosts > 0:
+            await self._start_hosts(connections)
+        else:
+            await self._start_nodes(connections, tasks)
         progress("device plugins registered; waiting for the nodes' GPU registration")
         await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
         self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
@@ -271,7 +285,7 @@ class LocalCluster:
 
     def _ledger_complete(self) -> bool:
         ledger = self.ledger()
-        return ledger is not None and all(name in ledger for name in self.nodes)
+        return ledger is not None and all(name in ledger for name in self.config.node_names())
 
     async def _stop_services(self) -> None:
         """Scheduler first; then NATS, so no service waits out a drain; then the nodes and the control plane."""
@@ -280,7 +294,7 @@ class LocalCluster:
             await service.stop()
         await asyncio.to_thread(self.nats.stop)
         nodes = [s for node in self.nodes.values() for s in (node.admitter, node.allocator, node.agent)]
-        await asyncio.gather(*(s.stop() for s in nodes))
+        await asyncio.gather(*(s.stop() for s in nodes), *(host.stop() for host in self.hosts))
         await asyncio.gather(*(s.stop() for s in self._services if s not in first and s not in nodes))
         await asyncio.gather(*(node.kubelet.stop() for node in self.nodes.values()))
         for port in (self._metrics_port, self._webhook_port, self._extender_port):
@@ -324,8 +338,13 @@ class LocalCluster:
         cap = GpuCapacity(memory_mib=self.config.gpu_memory_mib, slots=self.config.split_count)
         return {gpu_uuid(n, i): cap for n in self.config.node_names() for i in range(self.config.gpus_per_node)}
 
-    def failures(self) -> dict[str, list[BaseException]]:
-        return {s.name: s.failures for s in self._services if s.failures}
+    def failures(self) -> dict[str, list[BaseException | str]]:
+        found: dict[str, list[BaseException | str]] = {s.name: list(s.failures) for s in self._services if s.failures}
+        for host in self.hosts:
+            for failure in host.failures:
+                service, _, error = failure.partition(": ")
+                found.setdefault(service, []).append(error)
+        return found
 
     # --- chaos ----------------------------------------------------------------------------------------
 
@@ -337,7 +356,11 @@ class LocalCluster:
         await self.extender.restart()
 
     async def restart_nodeagent(self, node: str) -> None:
-        await self.nodes[node].agent.restart()
+        host = next((h for h in self.hosts if node in h.nodes), None)
+        if host is not None:
+            await host.restart_agent(node)
+        else:
+            await self.nodes[node].agent.restart()
 
     async def restart_api(self) -> None:
         """Restart the API emulator (every watch breaks) and compact its history (resumes get 410 Gone)."""

@@ -41,6 +41,9 @@ class StackConfig:
     metrics_port: int = 0  # 0: a free port
     node_policy: str = "binpack"
     gpu_policy: str = "spread"
+    # 0: the nodes run in the stack's process (their spans reach its tracer); N: in N child processes, as
+    # separate machines would, so they do not take the interpreter lock from the control plane
+    node_hosts: int = 0
 
     def node_names(self) -> tuple[str, ...]:
         return tuple(node_name(i) for i in range(self.nodes))
