@@ -10,6 +10,7 @@ before the patch and undone if the patch fails.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from collections import defaultdict
@@ -185,13 +186,18 @@ class Placer:
             FILTERING_SUCCEED,
             f"find fit node({chosen.node}), {len(failed)} nodes not fit, 1 nodes fit({chosen.node}:{chosen.score:.2f})",
         )
-        log.info(
-            "filter: pod %s/%s -> %s %s",
-            meta.namespace,
-            meta.name,
-            chosen.node,
-            encoded,
-            extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
+        # Logged once the answer is on its way: the write gives up the GIL, and getting it back from a busy
+        # worker thread (a kube call, an event) can take a switch interval that /filter would wait out.
+        asyncio.get_running_loop().call_soon(
+            functools.partial(
+                log.info,
+                "filter: pod %s/%s -> %s %s",
+                meta.namespace,
+                meta.name,
+                chosen.node,
+                encoded,
+                extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
+            )
         )
         return Filtered(
             FilterResult(node_names=[chosen.node], failed_nodes=failed_nodes), time.perf_counter() - started
