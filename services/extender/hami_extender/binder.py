@@ -223,6 +223,9 @@ class Binder:
             def lock(n: Node) -> AnnotationChanges:
                 return self._lock_changes(n, pod)
 
+            # noted before the write: the watch may show the new lock before the patch answers
+            self._locks[node] = (meta.namespace, meta.name)
+            self._seen.discard(node)
             async with asyncio.timeout(self.call_timeout):
                 try:
                     await update_node_annotations(_CacheFirst(self.kube, cached), node, lock)
@@ -231,8 +234,6 @@ class Binder:
                         raise
                     # the cached copy may show a lock whose removal it has not seen yet: ask the apiserver
                     await update_node_annotations(self.kube, node, lock)
-            self._locks[node] = (meta.namespace, meta.name)
-            self._seen.discard(node)
         bind_time = self.clock()
         # HAMi patches these before binding; the Binding carries them instead, and the apiserver copies a
         # Binding's annotations onto the pod as it binds it: one round trip, and no "allocating" pod that
