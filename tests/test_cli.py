@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,30 @@ def test_status_without_a_running_stack_says_so(tmp_path: Path) -> None:
     done = run("status", "--workdir", str(tmp_path))
     assert done.returncode == 1
     assert "no running `hami up`" in done.stderr
+
+
+@pytest.mark.timeout(150)
+def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(tmp_path: Path) -> None:
+    up = subprocess.Popen(
+        [HAMI, "up", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2", "--metrics-port", "0",
+         "--examples", str(EXAMPLES), "--for", "120"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert up.stdout is not None
+        for line in up.stdout:
+            if "`hami submit -f pod.yaml` adds pods" in line:
+                break
+        else:
+            pytest.fail(f"hami up ended early: {up.stderr.read() if up.stderr else ''}")
+        done = run("status", "--workdir", str(tmp_path))
+        assert done.returncode == 0, done.stderr
+        rows = {line.split()[0]: line for line in done.stdout.splitlines() if line.startswith("default/")}
+        assert "success" in rows["default/memory-mib"]
+        assert "Pending" in rows["default/cannot-fit"]
+        assert "CardInsufficientMemory" in rows["default/cannot-fit"]
+    finally:
+        up.send_signal(signal.SIGINT)
+        out, _ = up.communicate(timeout=60)
+    assert up.returncode == 0
+    assert out.rstrip().endswith("stopped.")

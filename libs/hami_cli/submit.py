@@ -13,7 +13,7 @@ from hami_common.errors import HamiError
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.service import run_loop
 from hami_sim.stack import Admitter
-from hami_sim.stack.report import placement_rows, render_table, status_rows
+from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 
 __all__ = ["status_main", "submit_main"]
 
@@ -48,9 +48,10 @@ async def _status(workdir: Path) -> int:
     async with KubeClient.from_settings(KubeSettings(kubeconfig=state.kubeconfig)) as kube:
         nodes, _ = await kube.list_nodes()
         pods, _ = await kube.list_pods()
+        events = await kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
     print(render_table(STATUS_HEADERS, status_rows(nodes, pods)))
     print()
-    print(render_table(PLACEMENT_HEADERS, placement_rows(pods)))
+    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, pending_reasons(events))))
     print(f"\nmetrics: {state.metrics_url}\nkubeconfig: {state.kubeconfig}")
     return 0
 

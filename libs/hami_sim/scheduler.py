@@ -33,7 +33,7 @@ from hami_common.kube import (
 )
 from hami_sim.http import HttpClient, HttpError
 
-__all__ = ["ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
+__all__ = ["FAILED_SCHEDULING", "ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -42,6 +42,7 @@ FILTER_PATH: Final = "/filter"
 BIND_PATH: Final = "/bind"
 DEFAULT_SCHEDULER: Final = "hami-scheduler"
 NO_NODES: Final = "no nodes available to schedule pods"
+FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler records for a pod left pending
 _HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
 
 
@@ -170,7 +171,7 @@ class SchedulerDriver:
         """One scheduling cycle: filter, then bind in the background; returns the filter's verdict."""
         names = sorted(node.metadata.name for node in self._nodes.items() if _schedulable(node))
         if not names:  # kube-scheduler calls no extender when no node is left to offer
-            await self._events.record(reference_to(pod, "Pod"), "Warning", "FailedScheduling", NO_NODES)
+            await self._events.record(reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING, NO_NODES)
             return self._record(pod, Verdict(error=NO_NODES))
         args = ExtenderArgs(Pod=msgspec.Raw(msgspec.json.encode(pod)), NodeNames=names)
         try:
@@ -183,7 +184,7 @@ class SchedulerDriver:
             reasons = {**(answer.FailedNodes or {}), **(answer.FailedAndUnresolvableNodes or {})}
             verdict = self._record(pod, Verdict(reasons=reasons))
             await self._events.record(
-                reference_to(pod, "Pod"), "Warning", "FailedScheduling",
+                reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING,
                 unschedulable_message(reasons, len(names)),
             )  # fmt: skip
             return verdict

@@ -129,6 +129,19 @@ class KubeClient:
     async def list_nodes(self, *, label_selector: str = "") -> tuple[list[Node], str]:
         return await self.list_all("nodes", Node, self.core.list_node, label_selector=label_selector)
 
+    async def list_events(self, namespace: str = "", *, field_selector: str = "") -> list[Event]:
+        """Events (``kubectl get events``), e.g. ``field_selector="reason=FailedScheduling"``."""
+        if namespace:
+            items, _ = await self.list_all(
+                f"events in {namespace}", Event, self.core.list_namespaced_event,
+                namespace=namespace, field_selector=field_selector,
+            )  # fmt: skip
+        else:
+            items, _ = await self.list_all(
+                "events", Event, self.core.list_event_for_all_namespaces, field_selector=field_selector
+            )
+        return items
+
     async def get_resource_quota(self, namespace: str, name: str) -> ResourceQuota:
         return await self._get(
             f"resourcequota {namespace}/{name}",

@@ -16,11 +16,25 @@ from hami_common.annotations import (
     decode_pod_devices,
 )
 from hami_common.errors import AnnotationError
-from hami_common.kube import Node, Pod
+from hami_common.kube import Event, Node, Pod
+from hami_sim.scheduler import FAILED_SCHEDULING
 
-__all__ = ["placement_rows", "render_table", "status_rows"]
+__all__ = ["FAILED_SCHEDULING", "pending_reasons", "placement_rows", "render_table", "status_rows"]
 
 PENDING = "Pending"
+
+
+def pending_reasons(events: Iterable[Event]) -> dict[str, str]:
+    """pod uid -> the message of its latest ``FailedScheduling`` Event (what ``kubectl describe pod`` shows)."""
+    latest: dict[str, tuple[str, str]] = {}
+    for event in events:
+        ref = event.involved_object
+        if event.reason != FAILED_SCHEDULING or ref.kind != "Pod" or not ref.uid:
+            continue
+        stamp = event.last_timestamp or event.first_timestamp or ""
+        if ref.uid not in latest or stamp >= latest[ref.uid][0]:
+            latest[ref.uid] = (stamp, event.message)
+    return {uid: message for uid, (_, message) in latest.items()}
 
 
 def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
