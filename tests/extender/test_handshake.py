@@ -95,3 +95,15 @@ async def test_the_next_pass_takes_a_cleaned_node_back_with_a_fresh_handshake(
         fresh = node_annotations(emulator, "node1")[NODE_HANDSHAKE]
         assert _stamp(fresh) > _stamp(stale)
         assert extender.state["handshakes"].cleaned_up >= 1
+
+
+async def test_only_the_leader_writes_handshakes(emulator: KubeApiEmulator, settings: ExtenderSettings) -> None:
+    elect = dataclasses.replace(settings, leader_elect=True, lease_namespace="default", lease_duration=2)
+    async with serve(dataclasses.replace(elect, identity="one")) as one:
+        await eventually(lambda: one.state["leadership"].leading)
+        async with serve(dataclasses.replace(elect, identity="two")) as two:
+            add_node(emulator, "node1")
+            await eventually(lambda: "node1" in two.state["ledger"] and "node1" in one.state["ledger"])
+            await eventually(lambda: one.state["handshakes"].written == 1)
+            assert NODE_HANDSHAKE in node_annotations(emulator, "node1")
+            assert two.state["handshakes"].written == 0

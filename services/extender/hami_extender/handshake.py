@@ -42,8 +42,8 @@ class NodeHandshakes:
     _reports: dict[str, NodeReport] = field(default_factory=dict)
     _cleaned: set[str] = field(default_factory=set)  # out of the ledger until the next pass
     _recheck: set[str] = field(default_factory=set)  # the next pass judges these again
-    _writes: asyncio.Queue[tuple[str, str | None]] = field(default_factory=asyncio.Queue)
-    _queued: set[str] = field(default_factory=set)
+    _writes: asyncio.Queue[str] = field(default_factory=asyncio.Queue)  # node names, each queued once
+    _pending: dict[str, str | None] = field(default_factory=dict)  # node -> the value to write (None: remove)
 
     def admit(self, node: Node, register: str, *, on_pass: bool = False) -> bool:
         """Judge a registered node; True when its cards may be in the ledger. Queues the writes it owes."""
@@ -89,15 +89,15 @@ class NodeHandshakes:
         return sorted(self._cleaned | self._recheck)
 
     def _write(self, name: str, value: str | None) -> None:
-        if name in self._queued:
-            return
-        self._queued.add(name)
-        self._writes.put_nowait((name, value))
+        if name not in self._pending:
+            self._writes.put_nowait(name)
+        self._pending[name] = value  # a later verdict replaces one not yet written
 
     async def run_writes(self, nodes: NodePatcher, call_timeout: float) -> None:
         """Write queued handshakes and cleanups, one merge patch each (owned by the lifespan)."""
         while True:
-            name, value = await self._writes.get()
+            name = await self._writes.get()
+            value = self._pending.pop(name)
             try:
                 async with asyncio.timeout(call_timeout):
                     await nodes.patch_node_annotations(name, {NODE_HANDSHAKE: value})
@@ -108,8 +108,6 @@ class NodeHandshakes:
             except (HamiError, TimeoutError) as err:
                 self.write_failures += 1
                 log.warning("handshake of node %s not written: %s", name, err or "timeout", extra={logkeys.NODE: name})
-            finally:
-                self._queued.discard(name)
 
     async def run_passes(
         self, cached: Callable[[str, str], Node | None], judge: Callable[[Node], None], interval: float
