@@ -66,4 +66,9 @@ async def test_two_hundred_pods_get_exactly_their_annotated_devices_and_every_la
         return all(seen.get(uuid) == mem * MIB for uuid, (mem, _, _) in usage.items())
 
     await eventually(metrics_agree, timeout=30, what="the metrics service shows every allocation")
+
+    async def all_running() -> bool:
+        return all(p.status.phase == "Running" for p in await our_pods(cluster, uids))
+
+    await eventually(all_running, timeout=30, what="the kubelets report every admitted pod Running")
     assert cluster.failures() == {}

@@ -28,7 +28,7 @@ from hami_common.kube._patches import (
     pod_annotation_patch,
 )
 from hami_common.kube._settings import KubeSettings
-from hami_common.kube._types import Event, Lease, Node, ObjectList, Pod, ResourceQuota
+from hami_common.kube._types import Event, Lease, Node, ObjectList, Pod, PodStatus, ResourceQuota
 
 __all__ = ["MERGE_PATCH", "KubeClient"]
 
@@ -178,6 +178,15 @@ class KubeClient:
         what = f"node {name}"
         data = await self.call_raw(what, self.core.patch_node, name, patch.to_json(), _content_type=MERGE_PATCH)
         return self.decode(what, data, Node)
+
+    async def patch_pod_status(self, namespace: str, name: str, status: PodStatus) -> Pod:
+        """Merge ``status`` into the pod's status subresource, as the kubelet reports a pod's phase."""
+        what = f"status of pod {namespace}/{name}"
+        body = {"status": msgspec.to_builtins(status)}
+        data = await self.call_raw(
+            what, self.core.patch_namespaced_pod_status, name, namespace, body, _content_type=MERGE_PATCH
+        )
+        return self.decode(what, data, Pod)
 
     async def patch_pod_annotations(
         self, namespace: str, name: str, changes: AnnotationChanges, *, resource_version: str = ""

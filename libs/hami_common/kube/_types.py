@@ -122,6 +122,8 @@ class PodSpec(_Wire, frozen=True):
 
 class PodStatus(_Wire, frozen=True):
     phase: str = ""
+    reason: str = ""  # e.g. UnexpectedAdmissionError when the kubelet could not admit the pod
+    message: str = ""
     conditions: tuple[PodCondition, ...] = ()
     container_statuses: tuple[ContainerStatus, ...] = ()
     init_container_statuses: tuple[ContainerStatus, ...] = ()

@@ -219,7 +219,7 @@ class LocalCluster:
 
     async def _start_nodes(self, connections: NodeConnections, tasks: asyncio.TaskGroup) -> None:
         for name in self.config.node_names():
-            node = SimNode(name, self.config, connections, tasks, self._admitted)
+            node = SimNode(name, self.config, connections, tasks, self._admitted, self.kube)
             self.nodes[name] = node
             await node.start()
             self._services.extend((node.admitter, node.allocator, node.agent))

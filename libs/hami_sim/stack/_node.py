@@ -13,11 +13,13 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Final
 
 from hami_allocator.service import serve as serve_allocator
 from hami_allocator.settings import AllocatorSettings
+from hami_common.errors import HamiError
 from hami_common.inventory import FAKE
-from hami_common.kube import Pod
+from hami_common.kube import KubeClient, Pod, PodCondition, PodStatus
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_nodeagent.agent import serve as serve_agent
@@ -30,6 +32,8 @@ from hami_sim.waiting import ConditionTimeoutError, eventually
 __all__ = ["Admitted", "NodeConnections", "SimNode"]
 
 log = logging.getLogger(__name__)
+
+ADMISSION_ERROR: Final = "UnexpectedAdmissionError"  # the kubelet's reason for a pod whose Allocate failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +61,10 @@ class SimNode:
         connections: NodeConnections,
         tasks: asyncio.TaskGroup,
         on_admitted: Callable[[Admitted], None],
+        kube: KubeClient | None = None,
     ) -> None:
         self.name = name
+        self._kube = kube  # where the kubelet reports the phase of the pods it admitted
         self.config = config
         self.connections = connections
         self.kubelet = KubeletEmulator(config.plugin_dir(name), node=name)
@@ -69,6 +75,7 @@ class SimNode:
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._seen: set[str] = set()
         self._store = StagingStore(config.node_dir(name) / "staging")
+        self._reports: set[asyncio.Task[None]] = set()
 
     @property
     def devices(self) -> int:
@@ -136,11 +143,29 @@ class SimNode:
                 await self._until_staged(pod.metadata.uid)
                 admission = await self.kubelet.admit(pod)
                 self._on_admitted(Admitted(self.name, admission, time.monotonic()))
+                if self._kube is not None:  # the kubelet's status manager writes apart from admission
+                    task = asyncio.create_task(self._report(self._kube, pod, admission))
+                    self._reports.add(task)
+                    task.add_done_callback(self._reports.discard)
 
         async with asyncio.TaskGroup() as tg:
             admitting = tg.create_task(admit_forever(), name=f"admit:{self.name}")
             await stop.wait()
             admitting.cancel()
+
+    async def _report(self, kube: KubeClient, pod: Pod, admission: PodAdmission) -> None:
+        """Running once every container got its devices; Failed with the kubelet's reason when one did not."""
+        if admission.ok:
+            status = PodStatus(phase="Running", conditions=(PodCondition(type="Ready", status="True"),))
+        else:
+            failed = "; ".join(f"{c.name}: {c.error}" for c in admission.containers if c.error)
+            status = PodStatus(
+                phase="Failed", reason=ADMISSION_ERROR, message=f"Allocate failed due to {failed}, which is unexpected"
+            )
+        try:
+            await kube.patch_pod_status(pod.metadata.namespace, pod.metadata.name, status)
+        except HamiError as err:
+            log.warning("status of pod %s/%s not reported: %s", pod.metadata.namespace, pod.metadata.name, err)
 
     async def start(self) -> None:
         """Kubelet first (a plugin registers with it), then the node agent and the allocator."""

@@ -240,7 +240,7 @@ class HostProcess:
         settings = KubeSettings(kubeconfig=self.spec.kubeconfig, kube_backoff_initial=0.05, kube_backoff_max=1.0)
         async with KubeClient.from_settings(settings) as kube, asyncio.TaskGroup() as tasks:
             for name in self.spec.nodes:
-                node = SimNode(name, self.config, connections, tasks, self._admitted)
+                node = SimNode(name, self.config, connections, tasks, self._admitted, kube)
                 self.nodes[name] = node
                 await node.start()
             cache = WatchCache(pod_source(kube), name="kubelet pods")
