@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 JsonObj = dict[str, Any]
 RequestLog = deque[tuple[str, str]]
 JSON: Final = "application/json"
+_BATCH: Final = 256  # watch events written at most in one chunk
 
 _FIELDS: Final = {
     "pods": {
@@ -276,7 +277,8 @@ class Api:
                             return
                         wait = left if wait is None else min(wait, left)
                     try:
-                        item = await asyncio.wait_for(watcher.queue.get(), wait)
+                        async with asyncio.timeout(wait):
+                            item = await watcher.queue.get()
                     except TimeoutError:
                         if bookmarks:
                             rv = self.store.resource_version
@@ -284,9 +286,17 @@ class Api:
                             if watcher.queue.empty():
                                 yield render("BOOKMARK", self._bookmark(target.rt, rv))
                         continue
+                    # every event already queued goes out in one chunk: one write, not one per event
+                    chunk = []
+                    while item is not None:
+                        chunk.append(render(*item))
+                        if watcher.queue.empty() or len(chunk) >= _BATCH:
+                            break
+                        item = watcher.queue.get_nowait()
+                    if chunk:
+                        yield b"".join(chunk)
                     if item is None:
                         return
-                    yield render(*item)
             finally:
                 self.store.unwatch(watcher)
 
