@@ -8,7 +8,11 @@ moment its kubelet has every ``Allocate`` answer. Throughput is pods over the ti
 submission to the last allocation. Afterwards every pod is audited (devices as annotated, no GPU
 over-committed). Default: 1,000 pods on 100 nodes × 8 GPUs; ``--quick``: 100 pods on 10 nodes.
 
-    python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack]
+    python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack] [--chaos]
+
+``--chaos`` runs the chaos case at full size instead: the pods are submitted in five batches with NATS, a
+node agent, the extender and the API emulator restarted between them, and three pods that fit nowhere; its
+JSON says how many were allocated, never admitted or mis-allocated (exit 1 unless all is well).
 """
 
 from __future__ import annotations
@@ -26,7 +30,8 @@ from typing import Any
 
 from hami_common.service import run_loop
 from hami_sim.stack import LocalCluster, StackConfig
-from hami_sim.stack.audit import audit, mixed_workload
+from hami_sim.stack.audit import audit, gpu_pod, mixed_workload
+from hami_sim.stack.chaos import run_with_chaos
 
 
 def _percentile(values: list[float], q: float) -> float:
@@ -87,6 +92,49 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
     }
 
 
+async def _chaos(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
+    """The chaos case at full size: NATS, a node agent, the extender and the API emulator restart mid-run."""
+    config = StackConfig(
+        workdir=workdir,
+        sockdir=sockdir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus,
+        node_policy=args.node_policy,
+        node_hosts=args.node_hosts,
+    )
+    async with LocalCluster(config) as cluster:
+        first = config.node_names()[0]
+        disruptions = [
+            cluster.restart_nats,
+            lambda: cluster.restart_nodeagent(first),
+            cluster.restart_extender,
+            cluster.restart_api,
+        ]
+        unfit = [gpu_pod(f"too-big-{i}", mem=config.gpu_memory_mib * 2) for i in range(3)]
+        outcome = await run_with_chaos(
+            cluster, mixed_workload(args.pods, prefix="chaos"), disruptions, unfit,
+            settle=args.timeout, concurrency=args.concurrency,
+        )  # fmt: skip
+    for line in (outcome.never_admitted + outcome.report.problems + outcome.bound_not_admitted)[:10]:
+        print(f"  ! {line}")
+    return {
+        "benchmark": "e2e-chaos",
+        "pods": len(outcome.uids),
+        "nodes": args.nodes,
+        "disruptions": ["nats", "nodeagent", "extender", "apiserver"],
+        "allocated": outcome.report.allocated,
+        "never_admitted": len(outcome.never_admitted),
+        "allocate_errors": len(outcome.refused),
+        "audit_problems": len(outcome.report.problems),
+        "bound_not_admitted": len(outcome.bound_not_admitted),
+        "unfit_pending_with_reason": len(outcome.unfit_reasons),
+        "unfit_without_reason": outcome.unfit_without_reason,
+        "service_failures": sum(len(v) for v in outcome.failures.values()),
+        "elapsed_s": round(outcome.elapsed_s, 1),
+        "ok": outcome.ok,
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="100 pods on 10 nodes")
@@ -99,11 +147,24 @@ def main(argv: list[str] | None = None) -> int:
         "--node-hosts", type=int, default=1, help="child processes running the simulated nodes (0: in this process)"
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the last allocation")
+    parser.add_argument(
+        "--chaos", action="store_true", help="restart NATS, a node agent, the extender and the API emulator mid-run"
+    )
     args = parser.parse_args(argv)
     args.pods = args.pods or (100 if args.quick else 1000)
     args.nodes = args.nodes or (10 if args.quick else 100)
     logging.basicConfig(level=logging.ERROR, stream=sys.stderr)
     with tempfile.TemporaryDirectory(prefix="e2ebench") as tmp, tempfile.TemporaryDirectory(prefix="hb-") as socks:
+        if args.chaos:
+            result = run_loop(_chaos(args, Path(tmp), Path(socks)))
+            print(
+                f"{result['pods']} pods on {result['nodes']} nodes with {', '.join(result['disruptions'])} restarted:"
+            )
+            print(f"  allocated {result['allocated']}, never admitted {result['never_admitted']}, "
+                  f"audit problems {result['audit_problems']}, unfit pods pending with a reason "
+                  f"{result['unfit_pending_with_reason']}/3, {result['elapsed_s']} s")  # fmt: skip
+            print(json.dumps(result))
+            return 0 if result["ok"] else 1
         result = run_loop(_bench(args, Path(tmp), Path(socks)))
     print(f"{result['pods']} pods on {result['nodes']} nodes ({result['node_policy']} nodes, admission to Allocate):")
     took = f"({result['elapsed_s']} s, submitting took {result['submit_s']} s)"

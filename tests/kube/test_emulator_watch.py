@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import pytest
 from kubernetes import watch
 
-from hami_sim.kubeapi import KubeApiEmulator
+from hami_sim.kubeapi import ApiError, KubeApiEmulator, find_resource, parse_field_selector, parse_label_selector
 from tests.kube.conftest import node_body, pod_body
 
 
@@ -89,3 +91,21 @@ def test_watch_ends_when_the_emulator_stops_and_resumes_after_restart(core: Any,
     emulator.start()
     core.create_node(node_body("n"))
     assert collect(core.list_node, 1, resource_version=start) == [("ADDED", "n")]
+
+
+def test_a_watch_asked_for_while_the_emulator_stops_is_refused_with_503(emulator: KubeApiEmulator) -> None:
+    """A client re-watching in the moment between its stream's end and the server's exit would hold the
+    shutdown up until its grace ran out; it is told to come back instead, and is served after the restart."""
+    loop = asyncio.new_event_loop()
+    rt = find_resource("", "v1", "nodes")
+    assert rt is not None
+    everything = (parse_label_selector(""), parse_field_selector("", lambda _: True))
+    emulator.store.close_watchers()
+    with pytest.raises(ApiError) as refused:
+        emulator.store.watch(rt, None, *everything, None, loop)
+    assert (refused.value.code, refused.value.reason) == (503, "ServiceUnavailable")
+    emulator.stop()
+    emulator.start()
+    _, watcher = emulator.store.watch(rt, None, *everything, None, loop)
+    emulator.store.unwatch(watcher)
+    loop.close()

@@ -82,6 +82,7 @@ class KubeApiEmulator:
     def start(self) -> Self:
         if self.running:
             return self
+        self.store.serve_watches()
         sock = listening_socket(self.host, self.port)
         self.port = sock.getsockname()[1]
         app = create_app(self.store, f"{self.host}:{self.port}", self.bookmark_interval, self.requests)

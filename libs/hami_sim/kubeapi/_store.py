@@ -94,6 +94,7 @@ class Store:
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._oldest = 0  # watches may resume from any rv >= this
         self._watchers: set[Watcher] = set()
+        self._stopping = False
         self._uids = (str(uuid.UUID(int=n + 1, version=4)) for n in itertools.count(0))
         for ns in DEFAULT_NAMESPACES:
             self.create(_ns_type(), None, {"metadata": {"name": ns}})
@@ -282,6 +283,8 @@ class Store:
         """Register a watcher; return the events it must see first (a replay, or ADDED for every object)."""
         watcher = Watcher(rt, namespace, labels, fields, loop)
         with self._lock:
+            if self._stopping:  # a client re-watching while the server stops would hold the shutdown up
+                raise ApiError(503, "ServiceUnavailable", "the apiserver is shutting down")
             if not since or since == "0":
                 backlog = [("ADDED", copy.deepcopy(o)) for o in self._select(rt, namespace, labels, fields)]
             else:
@@ -304,11 +307,17 @@ class Store:
             self._watchers.discard(watcher)
 
     def close_watchers(self) -> None:
-        """End every live watch (the server is stopping); their clients see the stream close."""
+        """End every live watch and refuse new ones (the server is stopping) until :meth:`serve_watches`."""
         with self._lock:
+            self._stopping = True
             for watcher in self._watchers:
                 watcher.push(None)
             self._watchers.clear()
+
+    def serve_watches(self) -> None:
+        """Accept watches again (the server started)."""
+        with self._lock:
+            self._stopping = False
 
     def compact(self) -> int:
         """Forget the watch history, as etcd compaction does: resuming from an older rv now gets 410 Gone."""
