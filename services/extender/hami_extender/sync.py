@@ -2,7 +2,8 @@
 
 A pod holds cards when it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and has not
 finished; once every init container has exited 0, only its app containers count. A node is registered
-while ``hami.io/node-nvidia-register`` lists at least one card.
+while ``hami.io/node-nvidia-register`` lists at least one card and the node passes HAMi's handshake check
+(:mod:`.handshake`).
 """
 
 from __future__ import annotations
