@@ -134,6 +134,21 @@ def test_candidates_come_best_first_for_each_policy() -> None:
     assert [v.usage.name for v in spread] == ["c", "b"]
 
 
+def test_unregistered_names_follow_nodes_that_register_and_leave() -> None:
+    ledger = Ledger()
+    sync = LedgerSync(ledger)
+    names = ["a", "b", "c"]
+    wanted = frozenset(names)
+    sync.on_node(Change("ADDED", node("a", n=1)))
+    assert ledger.candidates(names, False, wanted)[1] == ["b", "c"]
+    sync.on_pod(Change("ADDED", pod("p", "a", [[gpu("GPU-a-0", 1000, 10)]])))  # usage changes, membership not
+    assert ledger.candidates(names, False, wanted)[1] == ["b", "c"]
+    sync.on_node(Change("ADDED", node("c", n=1)))
+    assert ledger.candidates(names, False, wanted)[1] == ["b"]
+    sync.on_node(Change("DELETED", node("a", n=1)))
+    assert ledger.candidates(names, False, wanted)[1] == ["a", "b"]
+
+
 events = st.lists(
     st.tuples(
         st.sampled_from(["add", "delete"]),

@@ -15,6 +15,7 @@ from hami_common.errors import InvalidInput
 from hami_extender.wire import (
     BindingArgs,
     BindingResult,
+    FilterArgsDecoder,
     FilterResult,
     HostPriority,
     RawNodeList,
@@ -85,6 +86,16 @@ def test_args_without_a_pod_are_refused_with_hamis_message() -> None:
 def test_filter_decoder_answers_any_bytes_with_args_or_invalid_input(body: bytes) -> None:
     with contextlib.suppress(InvalidInput):
         decode_filter_args(body)
+
+
+@given(st.lists(st.none() | st.lists(st.sampled_from(["a", "b", "c", "d"]), max_size=4), max_size=6))
+def test_a_reused_decoder_reads_node_names_as_a_fresh_one_does(lists: list[list[str] | None]) -> None:
+    shared = FilterArgsDecoder()
+    for names in lists:
+        body = json.dumps({"Pod": {"metadata": {"name": "p"}}, "NodeNames": names}).encode()
+        args = shared.decode(body)
+        assert args.node_names == decode_filter_args(body).node_names == names
+        assert args.wanted == frozenset(names or ())
 
 
 @given(
