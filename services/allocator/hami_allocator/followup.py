@@ -6,7 +6,9 @@ For each served container, in the order they were served (one worker, FIFO), as 
 1. erase that container's entry from ``hami.io/vgpu-devices-to-allocate`` (pop the first non-empty entry,
    re-encode, resourceVersion-guarded merge patch, retried on conflict). The first try works on the copy
    of the pod that the plugin's watch holds, so a current copy costs one request; a stale one is refused
-   by the apiserver and the pod is read again;
+   by the apiserver and the pod is read again. Conflicts are common here and not contention: the kubelet
+   reports the pod's status just as this runs. So a refused write is retried on a fresh read at once,
+   not after the usual backoff;
 2. when no entry is left, set ``hami.io/bind-phase`` to ``success`` in the same patch and release the node
    lock ``hami.io/mutex.lock`` if this pod holds it (first on the node as the plugin's watch holds it, as
    with the pod); on a failed allocation, set ``failed`` and release;
@@ -42,7 +44,16 @@ from hami_common.annotations import (
 )
 from hami_common.errors import AnnotationError, Conflict, HamiError, NotFound, TransientError
 from hami_common.events import AllocationResult
-from hami_common.kube import AnnotationChanges, Node, NodePatcher, Pod, PodPatcher, PodReader, retry_on_conflict
+from hami_common.kube import (
+    AnnotationChanges,
+    Backoff,
+    Node,
+    NodePatcher,
+    Pod,
+    PodPatcher,
+    PodReader,
+    retry_on_conflict,
+)
 from hami_common.tracing import context_from_annotation
 
 __all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_lock"]
@@ -50,6 +61,9 @@ __all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_l
 log = logging.getLogger(__name__)
 
 _ATTEMPTS: Final = 5
+# Another field's writer (pod status, node annotations) made the copy stale, nobody competes for ours: read
+# again almost at once, with a little growing jitter should the same writer be at it again.
+_CONFLICT_BACKOFF: Final = Backoff(initial=0.002, cap=0.05)
 _RETRY_DELAY_S: Final = 0.2
 
 
@@ -105,7 +119,7 @@ async def release_node_lock(
         with contextlib.suppress(Conflict):
             if await write(known):
                 return True
-    return (await retry_on_conflict(read, write, attempts=_ATTEMPTS)).value
+    return (await retry_on_conflict(read, write, attempts=_ATTEMPTS, backoff=_CONFLICT_BACKOFF)).value
 
 
 class FollowUp:
@@ -236,7 +250,7 @@ class FollowUp:
 
         try:
             if not await self._write_known(served, write):
-                await retry_on_conflict(read, write, attempts=_ATTEMPTS)
+                await retry_on_conflict(read, write, attempts=_ATTEMPTS, backoff=_CONFLICT_BACKOFF)
         except NotFound:
             self.on_erased(served.pod_uid)
             return  # the pod is gone: nothing to erase
