@@ -39,8 +39,8 @@ def _percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
 
 
-async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
-    config = StackConfig(
+def _config(args: argparse.Namespace, workdir: Path, sockdir: Path) -> StackConfig:
+    return StackConfig(
         workdir=workdir,
         sockdir=sockdir,
         nodes=args.nodes,
@@ -48,6 +48,10 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         node_policy=args.node_policy,
         node_hosts=args.node_hosts,
     )
+
+
+async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
+    config = _config(args, workdir, sockdir)
     started = time.monotonic()
     async with LocalCluster(config) as cluster:
         startup = time.monotonic() - started
@@ -94,14 +98,7 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
 
 async def _chaos(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
     """The chaos case at full size: NATS, a node agent, the extender and the API emulator restart mid-run."""
-    config = StackConfig(
-        workdir=workdir,
-        sockdir=sockdir,
-        nodes=args.nodes,
-        gpus_per_node=args.gpus,
-        node_policy=args.node_policy,
-        node_hosts=args.node_hosts,
-    )
+    config = _config(args, workdir, sockdir)
     async with LocalCluster(config) as cluster:
         first = config.node_names()[0]
         disruptions = [

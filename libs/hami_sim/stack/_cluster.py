@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Self
 
 from hami_common.bus import EmbeddedNats
-from hami_common.kube import Change, KubeClient, KubeSettings, Pod, WatchCache, pod_source
+from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
 from hami_common.resources import GPU
 from hami_extender.app import create_app as create_extender
 from hami_extender.ledger import Ledger
@@ -31,7 +31,7 @@ from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
-from hami_sim.stack._node import Admitted, NodeConnections, SimNode
+from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
 from hami_sim.stack._service import RunningService
 from hami_sim.stack.audit import GpuCapacity
@@ -169,21 +169,11 @@ class LocalCluster:
     async def _run_pod_watch(self, stop: asyncio.Event) -> None:
         """The kubelets' view of the pods: one watch for every node, handing each bound pod to its node."""
         cache = WatchCache(pod_source(self.kube), name="kubelet pods")
-        cache.add_handler(self._on_pod)
+        cache.add_handler(lambda change: hand_over(self.nodes, change))
         async with asyncio.TaskGroup() as tg:
             watching = tg.create_task(cache.run(), name="kubelet pod watch")
             await stop.wait()
             watching.cancel()
-
-    def _on_pod(self, change: Change[Pod]) -> None:
-        pod = change.obj
-        node = self.nodes.get(pod.spec.node_name)
-        if node is None:
-            return
-        if change.type == "DELETED" or pod.metadata.deletion_timestamp is not None:
-            node.gone(pod.metadata.uid)
-        else:
-            node.bound(pod)
 
     def _admitted(self, admitted: Admitted) -> None:
         self.admitted[admitted.admission.uid] = admitted

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -19,7 +19,7 @@ from hami_allocator.service import serve as serve_allocator
 from hami_allocator.settings import AllocatorSettings
 from hami_common.errors import HamiError
 from hami_common.inventory import FAKE
-from hami_common.kube import KubeClient, Pod, PodCondition, PodStatus
+from hami_common.kube import Change, KubeClient, Pod, PodCondition, PodStatus
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_nodeagent.agent import serve as serve_agent
@@ -29,7 +29,7 @@ from hami_sim.stack._config import StackConfig
 from hami_sim.stack._service import RunningService
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
-__all__ = ["Admitted", "NodeConnections", "SimNode"]
+__all__ = ["Admitted", "NodeConnections", "SimNode", "hand_over"]
 
 log = logging.getLogger(__name__)
 
@@ -192,3 +192,15 @@ class SimNode:
         for service in (self.admitter, self.allocator, self.agent):
             await service.stop()
         await self.kubelet.stop()
+
+
+def hand_over(nodes: Mapping[str, SimNode], change: Change[Pod]) -> None:
+    """The kubelets' pod watch: each pod bound to one of ``nodes`` goes to its node; a deleted one is released."""
+    pod = change.obj
+    node = nodes.get(pod.spec.node_name)
+    if node is None:
+        return
+    if change.type == "DELETED" or pod.metadata.deletion_timestamp is not None:
+        node.gone(pod.metadata.uid)
+    else:
+        node.bound(pod)

@@ -21,10 +21,10 @@ from typing import Any, Final, Literal
 import msgspec
 
 from hami_common.deviceplugin.rpc import pb
-from hami_common.kube import Change, KubeClient, KubeSettings, Pod, WatchCache, pod_source
+from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
 from hami_sim.kubelet import ContainerAdmission, PodAdmission
 from hami_sim.stack._config import StackConfig
-from hami_sim.stack._node import Admitted, NodeConnections, SimNode
+from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
 
 __all__ = ["HostProcess", "HostSpec", "NodeHost"]
 
@@ -210,16 +210,6 @@ class HostProcess:
     def _admitted(self, admitted: Admitted) -> None:
         self.out(to_wire(admitted))
 
-    def _on_pod(self, change: Change[Pod]) -> None:
-        pod = change.obj
-        node = self.nodes.get(pod.spec.node_name)
-        if node is None:
-            return
-        if change.type == "DELETED" or pod.metadata.deletion_timestamp is not None:
-            node.gone(pod.metadata.uid)
-        else:
-            node.bound(pod)
-
     async def _command(self, line: bytes) -> None:
         try:
             command = msgspec.json.decode(line, type=HostCommand)
@@ -244,7 +234,7 @@ class HostProcess:
                 self.nodes[name] = node
                 await node.start()
             cache = WatchCache(pod_source(kube), name="kubelet pods")
-            cache.add_handler(self._on_pod)
+            cache.add_handler(lambda change: hand_over(self.nodes, change))
             watching = tasks.create_task(cache.run(), name="kubelet pod watch")
             async with asyncio.timeout(_READY_TIMEOUT_S):
                 await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
