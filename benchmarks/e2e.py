@@ -1,18 +1,21 @@
 """End to end: pods per second and latency from admission to the kubelet's last ``Allocate``.
 
-The whole local cluster runs in this process (``hami_sim.stack.LocalCluster``): embedded NATS, the API
-emulator, the webhook over HTTPS, the extender, the metrics service, N simulated nodes (node agent,
-allocator, kubelet emulator) and the kube-scheduler stand-in. Pods are submitted through the webhook,
-``--concurrency`` at a time, as clients would; a pod's latency runs from the start of its admission to the
-moment its kubelet has every ``Allocate`` answer. Throughput is pods over the time from the first
-submission to the last allocation. Afterwards every pod is audited (devices as annotated, no GPU
-over-committed). Default: 1,000 pods on 100 nodes × 8 GPUs; ``--quick``: 100 pods on 10 nodes.
+The whole local cluster (``hami_sim.stack.LocalCluster``): embedded NATS, the API emulator (a child
+process), the webhook over HTTPS, the extender, the metrics service and the kube-scheduler stand-in in this
+process, and N simulated nodes (node agent, allocator, kubelet emulator) in ``--node-hosts`` child processes.
+Pods are submitted through the webhook, ``--concurrency`` at a time, as clients would; a pod's latency runs
+from the start of its admission to the moment its kubelet has every ``Allocate`` answer. Throughput is pods
+over the time from the first submission to the last allocation. Afterwards every pod is audited (devices as
+annotated, no GPU over-committed). Default: 1,000 pods on 100 nodes × 8 GPUs; ``--quick``: 100 pods on 10.
 
-    python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack] [--chaos]
+    python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack]
+                             [--rate R] [--chaos]
 
-``--chaos`` runs the chaos case at full size instead: the pods are submitted in five batches with NATS, a
-node agent, the extender and the API emulator restarted between them, and three pods that fit nowhere; its
-JSON says how many were allocated, never admitted or mis-allocated (exit 1 unless all is well).
+By default the pods come as one burst, so latency is mostly the queue; ``--rate R`` offers R pods per
+second instead, which shows a pod's own path when the stack keeps up. ``--chaos`` runs the chaos case at
+full size instead: the pods are submitted in five batches with NATS, a node agent, the extender and the API
+emulator restarted between them, and three pods that fit nowhere; its JSON says how many were allocated,
+never admitted or mis-allocated (exit 1 unless all is well).
 """
 
 from __future__ import annotations
@@ -59,13 +62,16 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         pods = mixed_workload(args.pods, prefix="bench")
         gate = asyncio.Semaphore(args.concurrency)
 
-        async def submit(pod: dict[str, Any]) -> str:
+        first = time.monotonic()
+
+        async def submit(index: int, pod: dict[str, Any]) -> str:
+            if args.rate > 0:  # an offered load: pod i is sent at i / rate, not as fast as the gate allows
+                await asyncio.sleep(max(0.0, first + index / args.rate - time.monotonic()))
             async with gate:
                 created = await cluster.submit(pod)
             return str(created["metadata"]["uid"])
 
-        first = time.monotonic()
-        uids = await asyncio.gather(*(submit(pod) for pod in pods))
+        uids = await asyncio.gather(*(submit(i, pod) for i, pod in enumerate(pods)))
         submitted = time.monotonic() - first
         async with asyncio.timeout(args.timeout):
             admitted = await cluster.wait_admitted(uids)
@@ -83,6 +89,7 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         "node_policy": args.node_policy,
         "node_hosts": args.node_hosts,
         "concurrency": args.concurrency,
+        "offered_rate": args.rate,
         "startup_s": round(startup, 2),
         "submit_s": round(submitted, 2),
         "elapsed_s": round(elapsed, 2),
@@ -139,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int)
     parser.add_argument("--gpus", type=int, default=8)
     parser.add_argument("--concurrency", type=int, default=32, help="admissions in flight at once")
+    parser.add_argument(
+        "--rate", type=float, default=0.0, help="offer pods at this many per second (0: a burst, as fast as admitted)"
+    )
     parser.add_argument("--node-policy", default="spread", choices=("spread", "binpack"))
     parser.add_argument(
         "--node-hosts", type=int, default=1, help="child processes running the simulated nodes (0: in this process)"
