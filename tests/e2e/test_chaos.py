@@ -51,12 +51,6 @@ async def test_after_agent_extender_and_apiserver_restarts_every_pod_is_allocate
     )
 
 
-@pytest.mark.xfail(
-    reason="after a NATS restart a node's HAMi lock annotation (hami.io/mutex.lock) can outlive the allocated pod "
-    "that took it, so every later bind to that node fails with 'node lock contention' until the 300 s expiry; "
-    "reported to the extender and allocator owners",
-    strict=False,
-)
 @pytest.mark.timeout(300)
 async def test_after_a_nats_restart_every_pod_is_allocated_once_or_pending_with_a_reason(
     cluster: LocalCluster,
