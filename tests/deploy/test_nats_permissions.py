@@ -80,6 +80,9 @@ async def listen(conn: Connection, subject: str) -> asyncio.Queue[Msg]:
         await received.put(msg)
 
     await conn.nc.subscribe(subject, cb=on_msg)
+    # nats-py writes flush()'s PING ahead of a SUB still in its pending buffer; the second PONG vouches for
+    # the SUB (without it, under load, the next publish could reach the server before the subscription)
+    await conn.nc.flush()
     await conn.nc.flush()
     return received
 

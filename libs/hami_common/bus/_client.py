@@ -43,6 +43,7 @@ MSG_ID_HEADER: Final = "Nats-Msg-Id"
 _FETCH_WAIT_S: Final = 1.0
 _CONNECT_BACKOFF_MAX_S: Final = 2.0
 _REQUEST_TIMEOUT_S: Final = 5.0
+_SYNC_TIMEOUT_S: Final = 5  # seconds for each PONG of sync()
 
 
 @dataclass(frozen=True, slots=True)
@@ -144,6 +145,21 @@ class Bus:
     def connected(self) -> bool:
         return bool(self._nc.is_connected)
 
+    async def sync(self) -> None:
+        """Return once the server has everything sent so far (subscriptions included).
+
+        nats-py's ``flush()`` writes its PING ahead of commands still in the client's pending buffer, so one
+        flush can return before an earlier SUB or PUB reached the server: a subscriber that flushed could
+        still miss the next message (seen under load). The first flush gets the buffer written; the second
+        PING follows it on the wire, so its PONG vouches for everything before. Raises TransientError when
+        the server does not answer.
+        """
+        try:
+            await self._nc.flush(timeout=_SYNC_TIMEOUT_S)
+            await self._nc.flush(timeout=_SYNC_TIMEOUT_S)
+        except (nats.errors.Error, TimeoutError) as err:
+            raise TransientError(f"NATS did not confirm what was sent: {err}") from err
+
     async def drain(self) -> None:
         """Stop every subscription, flush what was published, close."""
         for sub in self._subs:
@@ -237,6 +253,11 @@ class Bus:
         sub = await self._nc.subscribe(subject, queue=queue, cb=on_message)
         wrapped = Subscription(subject, None, sub)
         self._subs.append(wrapped)
+        if self.connected:  # live when this returns; while disconnected, nats-py subscribes on reconnect
+            try:
+                await self.sync()
+            except TransientError as err:  # kept all the same: nats-py sends the SUB again on reconnect
+                log.warning("subscription to %s not confirmed yet: %s", subject, err)
         return wrapped
 
     async def consume(
