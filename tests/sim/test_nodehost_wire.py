@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import msgspec
@@ -9,7 +10,17 @@ import msgspec
 from hami_common.deviceplugin.rpc import pb
 from hami_sim.kubelet import ContainerAdmission, PodAdmission
 from hami_sim.stack import Admitted, StackConfig
-from hami_sim.stack._nodehost import DoneWire, HostMessage, HostProcess, HostSpec, config_fields, from_wire, to_wire
+from hami_sim.stack._nodehost import (
+    DoneWire,
+    FailureWire,
+    HostMessage,
+    HostProcess,
+    HostSpec,
+    config_fields,
+    from_wire,
+    to_wire,
+)
+from hami_sim.stack._service import RunningService
 
 
 def test_an_admission_survives_the_round_trip_with_its_allocate_answers() -> None:
@@ -46,3 +57,21 @@ async def test_malformed_and_unknown_commands_are_answered_with_an_error(tmp_pat
     assert all(isinstance(a, DoneWire) and a.error for a in answers)
     assert "malformed command" in str(answers[0])
     assert "no node nowhere here" in str(answers[2])
+
+
+async def test_a_failing_node_service_is_reported_as_it_fails(tmp_path: Path) -> None:
+    """A service body that fails is logged, kept out of the others' way and reported through the hook at once."""
+    config = StackConfig(workdir=tmp_path, sockdir=tmp_path)
+    lines: list[msgspec.Struct] = []
+    host = HostProcess(HostSpec(config=config_fields(config), nodes=[], nats_url="n", kubeconfig="k"), lines.append)
+
+    async def broken(stop: asyncio.Event) -> None:
+        raise RuntimeError("inventory unreadable")
+
+    async with asyncio.TaskGroup() as tasks:
+        service = RunningService("nodeagent/gpu-node-0", broken, tasks, host._failed)
+        service.start()
+    assert [type(line).__name__ for line in lines] == ["FailureWire"]
+    decoded = msgspec.json.decode(msgspec.json.encode(lines[0]), type=HostMessage)
+    assert isinstance(decoded, FailureWire)
+    assert (decoded.service, decoded.error) == ("nodeagent/gpu-node-0", "RuntimeError('inventory unreadable')")

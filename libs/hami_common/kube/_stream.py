@@ -161,8 +161,8 @@ def pod_source(client: KubeClient, *, label_selector: str = "", field_selector: 
     )
 
 
-def node_source(client: KubeClient, *, label_selector: str = "") -> ListWatch[Node]:
-    return ListWatch(client, "nodes", Node, client.core.list_node, _selectors(label_selector, ""))
+def node_source(client: KubeClient, *, label_selector: str = "", field_selector: str = "") -> ListWatch[Node]:
+    return ListWatch(client, "nodes", Node, client.core.list_node, _selectors(label_selector, field_selector))
 
 
 def quota_source(client: KubeClient) -> ListWatch[ResourceQuota]:

@@ -1,8 +1,9 @@
-"""The local cluster behind ``hami up``, the end-to-end tests and the benchmark, assembled in one process.
+"""The local cluster behind ``hami up``, the end-to-end tests and the benchmark.
 
 * :class:`LocalCluster` — NATS, the API emulator, the webhook, the extender, the metrics service, N
   simulated nodes and the kube-scheduler stand-in; ``submit`` admits a pod through the webhook.
 * :class:`StackConfig` — its size and where its files go; :func:`inventory_document` the nodes' GPUs.
+* :mod:`~hami_sim.stack.chaos` — disruptions under load and the audit of what they left.
 * :mod:`~hami_sim.stack.report` renders placements and the node/GPU/pod table from typed pods and nodes.
 """
 

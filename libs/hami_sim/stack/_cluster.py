@@ -1,9 +1,10 @@
-"""The whole local cluster in one process: NATS, the API emulator, every service, N simulated nodes.
+"""The whole local cluster: NATS, the API emulator, every service, N simulated nodes.
 
 ``async with LocalCluster(config) as cluster:`` starts, in order: a real ``nats-server`` and the
-Kubernetes API emulator (its own thread), the Node objects, the webhook (HTTPS, behind the stack's own
-CA), the extender and the metrics service (HTTP on loopback), every node (kubelet emulator, node agent,
-allocator), and the kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
+Kubernetes API emulator (child processes), the Node objects, the webhook (HTTPS, behind the stack's own
+CA), the extender and the metrics service (HTTP on loopback, in this process), every node (kubelet
+emulator, node agent, allocator; in this process or in ``config.node_hosts`` child processes), and the
+kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
 webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
 """
 
@@ -331,9 +332,8 @@ class LocalCluster:
     def failures(self) -> dict[str, list[BaseException | str]]:
         found: dict[str, list[BaseException | str]] = {s.name: list(s.failures) for s in self._services if s.failures}
         for host in self.hosts:
-            for failure in host.failures:
-                service, _, error = failure.partition(": ")
-                found.setdefault(service, []).append(error)
+            for service, errors in host.failures.items():
+                found.setdefault(service, []).extend(errors)
         return found
 
     # --- chaos ----------------------------------------------------------------------------------------

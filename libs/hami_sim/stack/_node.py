@@ -26,7 +26,7 @@ from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
 from hami_sim.stack._config import StackConfig
-from hami_sim.stack._service import RunningService
+from hami_sim.stack._service import FailureHook, RunningService
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
 __all__ = ["Admitted", "NodeConnections", "SimNode", "hand_over"]
@@ -62,15 +62,16 @@ class SimNode:
         tasks: asyncio.TaskGroup,
         on_admitted: Callable[[Admitted], None],
         kube: KubeClient | None = None,
+        on_failure: FailureHook | None = None,
     ) -> None:
         self.name = name
         self._kube = kube  # where the kubelet reports the phase of the pods it admitted
         self.config = config
         self.connections = connections
         self.kubelet = KubeletEmulator(config.plugin_dir(name), node=name)
-        self.agent = RunningService(f"nodeagent/{name}", self._run_agent, tasks)
-        self.allocator = RunningService(f"allocator/{name}", self._run_allocator, tasks)
-        self.admitter = RunningService(f"kubelet/{name}", self._run_admissions, tasks)
+        self.agent = RunningService(f"nodeagent/{name}", self._run_agent, tasks, on_failure)
+        self.allocator = RunningService(f"allocator/{name}", self._run_allocator, tasks, on_failure)
+        self.admitter = RunningService(f"kubelet/{name}", self._run_admissions, tasks, on_failure)
         self._on_admitted = on_admitted
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._seen: set[str] = set()

@@ -125,7 +125,7 @@ class NodeHost:
         on_admitted: Callable[[Admitted], None],
     ) -> None:
         self.nodes = nodes
-        self.failures: list[str] = []
+        self.failures: dict[str, list[str]] = {}  # service -> what failed it, as the child reported
         self._spec = HostSpec(
             config=config_fields(config), nodes=nodes, nats_url=connections.nats_url, kubeconfig=connections.kubeconfig
         )
@@ -170,7 +170,7 @@ class NodeHost:
             elif isinstance(message, DoneWire):
                 self._done.put_nowait(message)
             else:
-                self.failures.append(f"{message.service}: {message.error}")
+                self.failures.setdefault(message.service, []).append(message.error)
 
     async def restart_agent(self, node: str) -> None:
         async with self._commands:
@@ -210,6 +210,9 @@ class HostProcess:
     def _admitted(self, admitted: Admitted) -> None:
         self.out(to_wire(admitted))
 
+    def _failed(self, service: str, err: BaseException) -> None:
+        self.out(FailureWire(service, repr(err)))
+
     async def _command(self, line: bytes) -> None:
         try:
             command = msgspec.json.decode(line, type=HostCommand)
@@ -230,7 +233,7 @@ class HostProcess:
         settings = KubeSettings(kubeconfig=self.spec.kubeconfig, kube_backoff_initial=0.05, kube_backoff_max=1.0)
         async with KubeClient.from_settings(settings) as kube, asyncio.TaskGroup() as tasks:
             for name in self.spec.nodes:
-                node = SimNode(name, self.config, connections, tasks, self._admitted, kube)
+                node = SimNode(name, self.config, connections, tasks, self._admitted, kube, self._failed)
                 self.nodes[name] = node
                 await node.start()
             cache = WatchCache(pod_source(kube), name="kubelet pods")
@@ -239,20 +242,7 @@ class HostProcess:
             async with asyncio.timeout(_READY_TIMEOUT_S):
                 await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
             self.out(ReadyWire())
-            reporting = tasks.create_task(self._report_failures(), name="failures")
             async for line in commands:
                 await self._command(line)
             watching.cancel()
-            reporting.cancel()
             await asyncio.gather(*(node.stop() for node in self.nodes.values()))
-
-    async def _report_failures(self) -> None:
-        reported: set[int] = set()
-        while True:
-            await asyncio.sleep(0.5)  # failures are rare and only read after a run; a poll keeps SimNode as it is
-            for node in self.nodes.values():
-                for service in (node.admitter, node.allocator, node.agent):
-                    for err in service.failures:
-                        if id(err) not in reported:
-                            reported.add(id(err))
-                            self.out(FailureWire(service.name, repr(err)))

@@ -6,19 +6,21 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-__all__ = ["Body", "RunningService"]
+__all__ = ["Body", "FailureHook", "RunningService"]
 
 log = logging.getLogger(__name__)
 
 Body = Callable[[asyncio.Event], Awaitable[None]]
+FailureHook = Callable[[str, BaseException], None]
 
 
 class RunningService:
     """One service body as a task of the stack's TaskGroup. A body that fails is logged and recorded in
     ``failures``, never allowed to take the other services down with it."""
 
-    def __init__(self, name: str, body: Body, tasks: asyncio.TaskGroup) -> None:
+    def __init__(self, name: str, body: Body, tasks: asyncio.TaskGroup, on_failure: FailureHook | None = None) -> None:
         self.name = name
+        self._on_failure = on_failure
         self._body = body
         self._tasks = tasks
         self._stop = asyncio.Event()
@@ -36,6 +38,8 @@ class RunningService:
         except (Exception, SystemExit) as err:  # the edge of one service: log it, keep the others serving
             log.error("%s failed: %r", self.name, err, exc_info=err)
             self.failures.append(err)
+            if self._on_failure is not None:
+                self._on_failure(self.name, err)
 
     def start(self) -> None:
         if self.running:

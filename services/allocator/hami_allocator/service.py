@@ -26,7 +26,7 @@ from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.inventory import open_inventory
-from hami_common.kube import Change, KubeClient, ListWatch, Node, Pod, WatchCache, pod_source
+from hami_common.kube import Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
 from hami_common.staging import StagingStore
@@ -36,10 +36,6 @@ __all__ = ["AllocatorService", "LazyBus", "serve"]
 log = logging.getLogger(__name__)
 
 _TERMINAL = frozenset({"Succeeded", "Failed"})
-
-
-def _node_source(kube: KubeClient, node: str) -> ListWatch[Node]:
-    return ListWatch(kube, f"node {node}", Node, kube.core.list_node, (("field_selector", f"metadata.name={node}"),))
 
 
 class LazyBus:
@@ -90,7 +86,7 @@ class AllocatorService:
         self.followup = FollowUp(node, pods=kube, nodes=kube, publisher=publisher)
         if kube is not None:
             self.pods = WatchCache(pod_source(kube, field_selector=f"spec.nodeName={node}"), name=f"pods on {node}")
-            self.nodes = WatchCache(_node_source(kube, node), name=f"node {node}")
+            self.nodes = WatchCache(node_source(kube, field_selector=f"metadata.name={node}"), name=f"node {node}")
             self.followup.known_pod = self.pods.get
             self.followup.known_node = functools.partial(self.nodes.get, "", node)
         self.allocator = Allocator(
