@@ -73,6 +73,10 @@ class EmbeddedNats:
     def running(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self.running and self._proc is not None else None
+
     def start(self) -> EmbeddedNats:
         if self.running:
             return self

@@ -64,6 +64,10 @@ class KubeApiProcess:
         return f"http://{self.host}:{self.port}"
 
     @property
+    def pid(self) -> int | None:
+        return None if self._child is None or self._child.poll() is not None else self._child.pid
+
+    @property
     def running(self) -> bool:
         return self._serving and self._child is not None and self._child.poll() is None
 

@@ -1,0 +1,42 @@
+"""The real Kubernetes control plane for tests, benchmarks and ``hami up --kube real``.
+
+etcd, kube-apiserver, kube-scheduler and kubectl are built by ``make k8s`` (``tools/k8s``) from their own Go
+modules at pinned versions. :class:`ControlPlane` runs etcd and kube-apiserver with the API emulator's
+surface; :class:`KubeScheduler` runs a ``hami-scheduler`` replica configured as ``deploy/`` configures it;
+``_manifests`` renders ``deploy/kustomize/base`` with the real kubectl, so RBAC and the webhook
+configuration are the deployed ones.
+"""
+
+from hami_sim.realk8s._binaries import BIN_ENV, PEERS, BinariesMissing, K8sBinaries, find_binaries, repo_root
+from hami_sim.realk8s._manifests import (
+    apply,
+    deployed,
+    rbac_documents,
+    scheduler_configuration,
+    webhook_configuration,
+)
+from hami_sim.realk8s._peer import Peer
+from hami_sim.realk8s._plane import ADMIN_USER, SYSTEM_NAMESPACE, ApiError, ControlPlane, free_port
+from hami_sim.realk8s._scheduler import KubeScheduler, uts_namespaces_work
+
+__all__ = [
+    "ADMIN_USER",
+    "BIN_ENV",
+    "PEERS",
+    "SYSTEM_NAMESPACE",
+    "ApiError",
+    "BinariesMissing",
+    "ControlPlane",
+    "K8sBinaries",
+    "KubeScheduler",
+    "Peer",
+    "apply",
+    "deployed",
+    "find_binaries",
+    "free_port",
+    "rbac_documents",
+    "repo_root",
+    "scheduler_configuration",
+    "uts_namespaces_work",
+    "webhook_configuration",
+]
