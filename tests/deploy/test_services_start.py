@@ -283,7 +283,18 @@ async def test_webhook_serves_the_apiserver_as_registered(
         await nc.close()
 
 
-async def test_extender_serves_kube_scheduler_over_verified_https(start: Starter, dev: Rendering) -> None:
+async def test_extender_serves_kube_scheduler_over_verified_https(
+    start: Starter, dev: Rendering, emulator: KubeApiEmulator
+) -> None:
+    # kube-scheduler in the same pod holds the hami-scheduler Lease as "<pod name>_<uuid>"; the extender follows it
+    lease = {
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {"name": "hami-scheduler", "namespace": NAMESPACE},
+        "spec": {"holderIdentity": f"{POD_NAME}_0b6c8e2a", "leaseDurationSeconds": 3600},
+    }
+    made = httpx.post(f"{emulator.url}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=lease)
+    assert made.status_code == 201, made.text
     port = free_port()
     service, environment = start("hami-scheduler", "extender", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))
     config = msgspec.yaml.decode(dev.get("ConfigMap", "hami-kube-scheduler")["data"]["config.yaml"])
@@ -301,7 +312,7 @@ async def test_extender_serves_kube_scheduler_over_verified_https(start: Starter
             ready: Obj = (await client.get(f"{url}/readyz")).json()
             return ready if ready.get("leader") else None
 
-        ready = await eventually(leading, timeout=START_S, what="the extender to take its Lease")
+        ready = await eventually(leading, timeout=START_S, what="the extender to follow its kube-scheduler's Lease")
         assert ready["identity"] == POD_NAME
 
 

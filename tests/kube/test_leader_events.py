@@ -13,6 +13,7 @@ from hami_common.kube import (
     KubeClient,
     LeaderElector,
     Lease,
+    LeaseFollower,
     LeaseSpec,
     decide,
     holds_lease,
@@ -82,6 +83,44 @@ async def test_leader_that_cannot_renew_steps_down_before_the_lease_expires(kube
     clock.now += 6
     assert await a.step() is False
     emulator.start()
+
+
+async def test_a_follower_leads_exactly_while_a_holder_with_its_prefix_keeps_the_lease(
+    kube: KubeClient, emulator: Any
+) -> None:
+    """HAMi's extender rule: kube-scheduler "sched-a_<uuid>" holds the Lease, so extender "sched-a" leads;
+    "sched-ab" is another host, not a prefix match; an expired or lost Lease makes nobody lead."""
+    clock = FakeClock()
+    scheduler_a = LeaderElector(
+        kube, "kube-system", "hami-scheduler", "sched-a_1f2e", lease_duration=4, monotonic=clock
+    )
+    changes: list[bool] = []
+    follower_a = LeaseFollower(
+        kube, "kube-system", "hami-scheduler", "sched-a_", monotonic=clock, on_change=changes.append
+    )
+    follower_ab = LeaseFollower(kube, "kube-system", "hami-scheduler", "sched-ab_", monotonic=clock)
+    assert await follower_a.step() is False, "no Lease yet: nobody leads"
+    assert await scheduler_a.step() is True
+    assert await follower_a.step() is True
+    assert await follower_ab.step() is False
+    clock.now += 3
+    assert await follower_a.step() is True, "the Lease is still live"
+    clock.now += 2  # the holder stopped renewing (SIGKILL): 4 s after the last change was seen, it has expired
+    assert await follower_a.step() is False
+    scheduler_ab = LeaderElector(
+        kube, "kube-system", "hami-scheduler", "sched-ab_9c", lease_duration=4, monotonic=clock
+    )
+    assert await scheduler_ab.step() is False, "a new candidate first watches the Lease for its whole duration"
+    clock.now += 5
+    assert await scheduler_ab.step() is True
+    assert await follower_ab.step() is True
+    assert await follower_a.step() is False
+    emulator.stop()
+    assert await follower_ab.step() is True, "an unreadable Lease is trusted until it expires"
+    clock.now += 5
+    assert await follower_ab.step() is False
+    emulator.start()
+    assert changes == [True, False]
 
 
 async def test_recorded_event_is_listed_for_its_pod(kube: KubeClient, core: Any) -> None:

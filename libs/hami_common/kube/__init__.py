@@ -17,7 +17,7 @@ from hami_common.kube._config import load_api_client
 from hami_common.kube._errors import from_client_error, from_status
 from hami_common.kube._events import EventRecorder, EventType, reference_to
 from hami_common.kube._guarded import update_node_annotations
-from hami_common.kube._leader import Action, LeaderElector, decide, holds_lease
+from hami_common.kube._leader import Action, LeaderElector, LeaseFollower, decide, holds_lease
 from hami_common.kube._patches import (
     AnnotationChanges,
     MetadataPatch,
@@ -98,6 +98,7 @@ __all__ = [
     "KubeSettings",
     "LeaderElector",
     "Lease",
+    "LeaseFollower",
     "LeasePort",
     "LeaseSpec",
     "ListMeta",

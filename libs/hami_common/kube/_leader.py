@@ -22,7 +22,7 @@ from msgspec.structs import replace
 from hami_common.errors import HamiError, NotFound
 from hami_common.kube._types import Lease, LeaseSpec, ObjectMeta
 
-__all__ = ["Action", "LeaderElector", "LeasePort", "decide", "holds_lease"]
+__all__ = ["Action", "LeaderElector", "LeaseFollower", "LeasePort", "decide", "holds_lease"]
 
 log = logging.getLogger(__name__)
 
@@ -158,6 +158,62 @@ class LeaderElector:
             log.info(
                 "lease %s/%s: %s is %s", self.namespace, self.name, self.identity, "leader" if leading else "not leader"
             )
+            if self.on_change is not None:
+                self.on_change(leading)
+        return leading
+
+
+@dataclass(eq=False)
+class LeaseFollower:
+    """Leads while another process holds the lease under an identity that starts with ``prefix``.
+
+    HAMi's extender never campaigns: it sits in the pod of a kube-scheduler replica and reserves only
+    while that replica holds the scheduler's Lease (whose identity is ``<host name>_<uuid>``), so the
+    scheduler that calls it and the extender that reserves are always the same pair. Same interface as
+    :class:`LeaderElector` (``run``, ``is_leader``, ``on_change``); it never writes the lease.
+    """
+
+    leases: LeasePort
+    namespace: str
+    name: str
+    prefix: str
+    retry_period: float = 1.0
+    on_change: Callable[[bool], None] | None = None
+    monotonic: Callable[[], float] = time.monotonic
+    is_leader: bool = False
+    _seen: Lease | None = None
+    _observed_at: float = 0.0
+
+    async def run(self) -> None:
+        try:
+            while True:
+                await self.step()
+                await asyncio.sleep(self.retry_period)
+        finally:
+            self._set(False)
+
+    async def step(self) -> bool:
+        now = self.monotonic()
+        try:
+            current = await self.leases.get_lease(self.namespace, self.name)
+        except NotFound:
+            self._seen = None
+            return self._set(False)
+        except HamiError as err:  # the apiserver is away: trust what was seen until it expires
+            log.warning("lease %s/%s unreadable: %s", self.namespace, self.name, err)
+            return self._set(self._seen is not None and holds_lease(self._seen, self.prefix, self._observed_at, now))
+        if self._seen is None or _version(current) != _version(self._seen):
+            self._seen, self._observed_at = current, now
+        return self._set(holds_lease(current, self.prefix, self._observed_at, now))
+
+    def _set(self, leading: bool) -> bool:
+        if leading != self.is_leader:
+            self.is_leader = leading
+            log.info(
+                "lease %s/%s: holder %s; %s* is %s",
+                self.namespace, self.name, self._seen.spec.holder_identity if self._seen else None,
+                self.prefix, "leader" if leading else "not leader",
+            )  # fmt: skip
             if self.on_change is not None:
                 self.on_change(leading)
         return leading

@@ -25,6 +25,7 @@ from hami_common.kube import (
     EventRecorder,
     KubeClient,
     LeaderElector,
+    LeaseFollower,
     WatchCache,
     node_source,
     pod_source,
@@ -130,19 +131,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             nodes.add_handler(sync.on_node)
             nodes.add_handler(binder.on_node)
             quotas.add_handler(sync.on_quota)
-            elector = (
-                LeaderElector(
-                    leases=kube,
-                    namespace=s.lease_namespace,
-                    name=s.lease_name,
-                    identity=s.candidate(),
-                    lease_duration=s.lease_duration,
-                    renew_deadline=s.lease_duration * 2 / 3,
-                    retry_period=max(s.lease_duration / 7.5, 0.1),
-                )
-                if s.leader_elect
-                else None
-            )
+            elector = _elector(s, kube)
             leadership = Leadership(identity=s.candidate(), elector=elector)
             placer = Placer(
                 ledger=ledger,
@@ -190,3 +179,22 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
     app = ExtenderApp(lifespan=lifespan, title="hami-extender")
     app.include_router(health.router)
     return app
+
+
+def _elector(s: ExtenderSettings, kube: KubeClient) -> LeaderElector | LeaseFollower | None:
+    if not s.leader_elect:
+        return None
+    retry = max(s.lease_duration / 7.5, 0.1)
+    if s.leader_follow:  # kube-scheduler's identity is "<host name>_<uuid>"
+        return LeaseFollower(
+            leases=kube, namespace=s.lease_namespace, name=s.lease_name, prefix=f"{s.candidate()}_", retry_period=retry
+        )
+    return LeaderElector(
+        leases=kube,
+        namespace=s.lease_namespace,
+        name=s.lease_name,
+        identity=s.candidate(),
+        lease_duration=s.lease_duration,
+        renew_deadline=s.lease_duration * 2 / 3,
+        retry_period=retry,
+    )

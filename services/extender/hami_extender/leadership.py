@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hami_common.kube import LeaderElector
+from hami_common.kube import LeaderElector, LeaseFollower
 
 __all__ = ["Leadership"]
 
@@ -12,7 +12,7 @@ __all__ = ["Leadership"]
 @dataclass(eq=False)
 class Leadership:
     identity: str
-    elector: LeaderElector | None = None  # None: election is off, this process always leads
+    elector: LeaderElector | LeaseFollower | None = None  # None: election is off, this process always leads
 
     @property
     def leading(self) -> bool:

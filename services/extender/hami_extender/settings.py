@@ -34,6 +34,11 @@ class ExtenderSettings(BusSettings):
     default_memory: int = setting(0, "nvidia defaultMemory in MiB (0: the whole card)")
     default_cores: int = setting(0, "nvidia defaultCores")
     leader_elect: bool = setting(False, "hold a Lease and serve /filter and /bind only while leading")
+    leader_follow: bool = setting(
+        False,
+        "with --leader-elect: do not campaign, lead while kube-scheduler's Lease (--lease-name) is held by "
+        "'<identity>_...' (HAMi's rule: the kube-scheduler replica in this pod)",
+    )
     lease_name: str = setting("hami-scheduler", "name of the leader-election Lease")
     lease_namespace: str = setting("kube-system", "namespace of the leader-election Lease")
     lease_duration: int = setting(15, "seconds a Lease holder is trusted without renewing")
