@@ -9,13 +9,20 @@ over the time from the first submission to the last allocation. Afterwards every
 annotated, no GPU over-committed). Default: 1,000 pods on 100 nodes × 8 GPUs; ``--quick``: 100 pods on 10.
 
     python benchmarks/e2e.py [--quick] [--pods N] [--nodes N] [--gpus N] [--node-policy spread|binpack]
-                             [--rate R] [--chaos]
+                             [--rate R] [--chaos] [--kube emulated|real]
 
 By default the pods come as one burst, so latency is mostly the queue; ``--rate R`` offers R pods per
 second instead, which shows a pod's own path when the stack keeps up. ``--chaos`` runs the chaos case at
 full size instead: the pods are submitted in five batches with NATS, a node agent, the extender and the API
 emulator restarted between them, and three pods that fit nowhere; its JSON says how many were allocated,
 never admitted or mis-allocated (exit 1 unless all is well).
+
+``--kube real`` runs it on the real control plane (``make k8s``): kube-apiserver calls the webhook and
+kube-scheduler calls the extender. The same run first measures the anchor: as many pods without GPU
+requests, scheduled by the same kube-scheduler alone (the extender is not asked about pods that request
+none of its managed resources), from creation to bound. ``ratio`` is GPU pods per second (creation to the
+last ``Allocate``, a later end than bound) over the anchor's pods per second. CPU is reported per GPU pod
+for every process of the stack (``/proc``), so the apiserver's and kube-scheduler's share shows apart.
 """
 
 from __future__ import annotations
@@ -31,7 +38,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hami_common.kube import Change, Pod, WatchCache, pod_source
 from hami_common.service import run_loop
+from hami_sim.cpu import cpu_seconds, cpu_used
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.audit import audit, gpu_pod, mixed_workload
 from hami_sim.stack.chaos import run_with_chaos
@@ -50,7 +59,66 @@ def _config(args: argparse.Namespace, workdir: Path, sockdir: Path) -> StackConf
         gpus_per_node=args.gpus,
         node_policy=args.node_policy,
         node_hosts=args.node_hosts,
+        kube=args.kube,
     )
+
+
+def _plain_pod(name: str) -> dict[str, Any]:
+    """A pod without GPU requests for hami-scheduler: kube-scheduler places it without asking the extender."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"schedulerName": "hami-scheduler", "containers": [{"name": "main", "image": "busybox"}]},
+    }
+
+
+async def _offer(
+    cluster: LocalCluster, pods: list[dict[str, Any]], args: argparse.Namespace
+) -> tuple[list[str], float]:
+    """Submit ``pods`` ``--concurrency`` at a time (or at ``--rate``); their uids and when the first went."""
+    gate = asyncio.Semaphore(args.concurrency)
+    first = time.monotonic()
+
+    async def submit(index: int, pod: dict[str, Any]) -> str:
+        if args.rate > 0:  # an offered load: pod i is sent at i / rate, not as fast as the gate allows
+            await asyncio.sleep(max(0.0, first + index / args.rate - time.monotonic()))
+        async with gate:
+            created = await cluster.submit(pod)
+        return str(created["metadata"]["uid"])
+
+    return list(await asyncio.gather(*(submit(i, pod) for i, pod in enumerate(pods)))), first
+
+
+async def _anchor(cluster: LocalCluster, args: argparse.Namespace) -> dict[str, Any]:
+    """The same number of pods without GPUs, scheduled by kube-scheduler alone: creation to bound."""
+    bound_at: dict[str, float] = {}
+    seen = asyncio.Event()
+
+    def on_pod(change: Change[Pod]) -> None:
+        if change.obj.spec.node_name and change.obj.metadata.uid not in bound_at:
+            bound_at[change.obj.metadata.uid] = time.monotonic()
+            seen.set()
+
+    cache = WatchCache(pod_source(cluster.kube), name="anchor pods")
+    cache.add_handler(on_pod)
+    watching = asyncio.create_task(cache.run())
+    try:
+        await cache.synced.wait()
+        uids, first = await _offer(cluster, [_plain_pod(f"plain-{i:04d}") for i in range(args.pods)], args)
+        async with asyncio.timeout(args.timeout):
+            while not set(uids) <= bound_at.keys():
+                seen.clear()
+                await seen.wait()
+    finally:
+        watching.cancel()
+    latencies = [(bound_at[uid] - cluster.submitted_at[uid]) * 1000 for uid in uids]
+    elapsed = max(bound_at[uid] for uid in uids) - first
+    return {
+        "baseline_pods_per_s": round(len(uids) / elapsed, 1),
+        "baseline_p50_ms": round(statistics.median(latencies), 1),
+        "baseline_p99_ms": round(_percentile(latencies, 0.99), 1),
+    }
 
 
 async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict[str, Any]:
@@ -59,19 +127,10 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
     async with LocalCluster(config) as cluster:
         startup = time.monotonic() - started
         print(f"cluster of {args.nodes} nodes × {args.gpus} GPUs ready in {startup:.1f}s", flush=True)
-        pods = mixed_workload(args.pods, prefix="bench")
-        gate = asyncio.Semaphore(args.concurrency)
-
-        first = time.monotonic()
-
-        async def submit(index: int, pod: dict[str, Any]) -> str:
-            if args.rate > 0:  # an offered load: pod i is sent at i / rate, not as fast as the gate allows
-                await asyncio.sleep(max(0.0, first + index / args.rate - time.monotonic()))
-            async with gate:
-                created = await cluster.submit(pod)
-            return str(created["metadata"]["uid"])
-
-        uids = await asyncio.gather(*(submit(i, pod) for i, pod in enumerate(pods)))
+        anchor = await _anchor(cluster, args) if args.kube == "real" else {}
+        processes = cluster.processes()
+        cpu_before = {name: cpu_seconds(pid) for name, pid in processes.items()}
+        uids, first = await _offer(cluster, mixed_workload(args.pods, prefix="bench"), args)
         submitted = time.monotonic() - first
         async with asyncio.timeout(args.timeout):
             admitted = await cluster.wait_admitted(uids)
@@ -81,6 +140,10 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         listed, _ = await cluster.kube.list_pods()
         report = audit(listed, admitted, cluster.capacity())
         refused = sum(1 for a in admitted.values() if not a.admission.ok)
+        cpu = cpu_used(cpu_before, processes)
+    pods_per_s = len(uids) / elapsed
+    if anchor:
+        anchor["ratio"] = round(pods_per_s / anchor["baseline_pods_per_s"], 2)
     return {
         "benchmark": "e2e",
         "pods": len(uids),
@@ -93,13 +156,16 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         "startup_s": round(startup, 2),
         "submit_s": round(submitted, 2),
         "elapsed_s": round(elapsed, 2),
-        "pods_per_s": round(len(uids) / elapsed, 1),
+        "kube": args.kube,
+        "pods_per_s": round(pods_per_s, 1),
         "p50_ms": round(statistics.median(latencies), 1),
         "p90_ms": round(_percentile(latencies, 0.90), 1),
         "p99_ms": round(_percentile(latencies, 0.99), 1),
         "max_ms": round(max(latencies), 1),
         "allocate_errors": refused,
         "audit_problems": len(report.problems),
+        **anchor,
+        "cpu_ms_per_pod": {name: round(seconds * 1000 / len(uids), 2) for name, seconds in sorted(cpu.items())},
     }
 
 
@@ -155,6 +221,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds to wait for the last allocation")
     parser.add_argument(
+        "--kube", default="emulated", choices=("emulated", "real"), help="real: kube-apiserver and kube-scheduler"
+    )
+    parser.add_argument(
         "--chaos", action="store_true", help="restart NATS, a node agent, the extender and the API emulator mid-run"
     )
     args = parser.parse_args(argv)
@@ -179,6 +248,13 @@ def main(argv: list[str] | None = None) -> int:
     spread = "   ".join(f"{q} {result[q + '_ms']:.0f} ms" for q in ("p50", "p90", "p99", "max"))
     print(f"  latency     {spread}")
     print(f"  audit       {result['audit_problems']} problems, {result['allocate_errors']} Allocate errors")
+    if "ratio" in result:
+        print(
+            f"  anchor      {result['baseline_pods_per_s']:>8.1f} pods/s without GPUs, kube-scheduler alone "
+            f"(p50 {result['baseline_p50_ms']:.0f} ms, p99 {result['baseline_p99_ms']:.0f} ms): ratio {result['ratio']}"
+        )
+    for name, ms in result["cpu_ms_per_pod"].items():
+        print(f"  cpu/pod     {ms:>8.2f} ms  {name}")
     print(json.dumps(result))
     return 0
 

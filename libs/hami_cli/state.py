@@ -21,6 +21,10 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     ca_file: str
     metrics_url: str
     nats_url: str
+    kube: str = "emulated"  # or "real": kube-apiserver over TLS, which calls the webhook itself
+    api_ca: str = ""  # real: the CA, certificate and key that admin requests present
+    client_cert: str = ""
+    client_key: str = ""
 
 
 def default_workdir() -> Path:

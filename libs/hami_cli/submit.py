@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +28,12 @@ def _workdir_flag(parser: argparse.ArgumentParser) -> None:
 
 async def _submit(workdir: Path, files: list[Path]) -> int:
     state = read_state(workdir)
-    admitter = Admitter(state.webhook_url, state.ca_file, state.api_url)
+    if state.kube == "real":  # kube-apiserver calls the webhook itself; we only create, as kubectl would
+        tls = ssl.create_default_context(cafile=state.api_ca)
+        tls.load_cert_chain(state.client_cert, state.client_key)
+        admitter = Admitter(state.webhook_url, state.ca_file, state.api_url, api_tls=tls, review=False)
+    else:
+        admitter = Admitter(state.webhook_url, state.ca_file, state.api_url)
     status = 0
     try:
         for pod in read_pods(files):

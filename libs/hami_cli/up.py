@@ -33,7 +33,7 @@ from hami_common.errors import HamiError
 from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import setup_tracing
 from hami_sim.stack import LocalCluster, StackConfig
-from hami_sim.stack.report import placement_rows, render_table, status_rows
+from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
 __all__ = ["main"]
@@ -52,6 +52,16 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--examples", type=Path, default=Path("examples"), help="pod YAML files to submit at start")
     parser.add_argument("--no-examples", action="store_true", help="submit nothing")
     parser.add_argument("--metrics-port", type=int, default=METRICS_PORT, help="0: any free port")
+    parser.add_argument(
+        "--kube",
+        choices=("emulated", "real"),
+        default="emulated",
+        help="emulated: the API emulator and a scheduler stand-in; real: etcd, kube-apiserver and kube-scheduler "
+        "built by `make k8s`",
+    )
+    parser.add_argument(
+        "--scheduler-replicas", type=int, default=1, help="real: kube-scheduler + extender pairs (one leads)"
+    )
     parser.add_argument("--for", dest="duration", type=float, help="stop by itself after this many seconds")
     return parser
 
@@ -79,21 +89,23 @@ async def _submit_examples(cluster: LocalCluster, folder: Path) -> list[str]:
     return uids
 
 
-def _settled(cluster: LocalCluster, uids: list[str]) -> bool:
-    def done(uid: str) -> bool:
-        verdict = cluster.verdict(uid)
-        return uid in cluster.admitted or (verdict is not None and bool(verdict.reasons))
-
-    return all(done(uid) for uid in uids)
-
-
-def _reasons(cluster: LocalCluster, uids: list[str]) -> dict[str, str]:
+async def _reasons(cluster: LocalCluster, uids: list[str]) -> dict[str, str]:
+    """uid -> why it is still pending: the scheduler stand-in's verdict, or on the real control plane the
+    latest FailedScheduling Event that kube-scheduler recorded."""
+    if cluster.real is not None:
+        events = await cluster.kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
+        return {uid: why for uid, why in pending_reasons(events).items() if uid in uids}
     found = {}
     for uid in uids:
         verdict = cluster.verdict(uid)
         if verdict is not None and (verdict.reasons or verdict.error):
             found[uid] = verdict.error or "; ".join(f"{n}: {r}" for n, r in sorted(verdict.reasons.items())[:2])
     return found
+
+
+async def _settled(cluster: LocalCluster, uids: list[str]) -> bool:
+    pending = [uid for uid in uids if uid not in cluster.admitted]
+    return not pending or set(pending) <= (await _reasons(cluster, pending)).keys()
 
 
 def _trace_summary(spans: Sequence[ReadableSpan], traceparent: str) -> str:
@@ -110,7 +122,7 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
     pods, _ = await cluster.kube.list_pods()
     nodes, _ = await cluster.kube.list_nodes()
     print("\nPlacements:")
-    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, _reasons(cluster, uids))))
+    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, await _reasons(cluster, uids))))
     print("\nGPUs:")
     print(render_table(STATUS_HEADERS, [r for r in status_rows(nodes, pods) if r[-1] != "-"] or []))
     async with httpx.AsyncClient(timeout=5.0) as client:
@@ -136,7 +148,14 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    config = StackConfig(workdir=workdir, sockdir=sockdir, nodes=args.nodes, gpus_per_node=args.gpus)
+    config = StackConfig(
+        workdir=workdir,
+        sockdir=sockdir,
+        nodes=args.nodes,
+        gpus_per_node=args.gpus,
+        kube=args.kube,
+        scheduler_replicas=args.scheduler_replicas,
+    )
     try:
         cluster = LocalCluster(StackConfig(**{**_fields(config), "metrics_port": args.metrics_port}))
     except OSError:
@@ -152,6 +171,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             ca_file=str(cluster.tls.ca) if cluster.tls else "",
             metrics_url=cluster.metrics_url,
             nats_url=cluster.nats.url,
+            **_real_access(cluster),
         )
         write_state(workdir, state)
         print(f"started in {time.monotonic() - started:.1f}s")
@@ -173,6 +193,18 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
     finally:
         await cluster.close()
         shutil.rmtree(sockdir, ignore_errors=True)
+
+
+def _real_access(cluster: LocalCluster) -> dict[str, str]:
+    if cluster.real is None:
+        return {}
+    plane = cluster.real.plane
+    return {
+        "kube": "real",
+        "api_ca": str(plane.ca.cert_file),
+        "client_cert": str(plane.admin.cert),
+        "client_key": str(plane.admin.key),
+    }
 
 
 def _fields(config: StackConfig) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from typing import Any, Final, TypeVar
 
 from hami_common.errors import InvalidInput
 
-__all__ = ["ENV_PREFIX", "BusSettings", "env_name", "flag_name", "load", "setting"]
+__all__ = ["ENV_PREFIX", "BusSettings", "env_name", "flag_name", "load", "setting", "to_argv"]
 
 ENV_PREFIX: Final = "HAMI_"
 _HELP: Final = "help"
@@ -124,6 +124,26 @@ def load(cls: type[S], argv: Sequence[str] | None = None, env: Mapping[str, str]
             )
     values.update(vars(parser.parse_args(argv)))  # a bad flag exits 2 with argparse's own message
     return cls(**values)
+
+
+def to_argv(settings: object) -> list[str]:
+    """The flags that ``load`` turns back into ``settings`` (defaults left out): how a parent hands a
+    service its settings when it runs it as a process of its own."""
+    if not dataclasses.is_dataclass(settings) or isinstance(settings, type):
+        raise TypeError(f"{settings!r} is not a settings instance")
+    argv: list[str] = []
+    for field in dataclasses.fields(settings):
+        value = getattr(settings, field.name)
+        if value == field.default:
+            continue
+        flag = flag_name(field.name)
+        if isinstance(value, bool):
+            argv.append(flag if value else "--no-" + flag.removeprefix("--"))
+        elif isinstance(value, tuple):
+            argv.append(f"{flag}={','.join(str(v) for v in value)}")
+        else:
+            argv.append(f"{flag}={'' if value is None else value}")
+    return argv
 
 
 @dataclasses.dataclass(frozen=True)  # no slots: service settings combine bases by multiple inheritance

@@ -8,7 +8,7 @@ import pytest
 
 from hami_common import subjects
 from hami_common.errors import InvalidInput
-from hami_common.settings import BusSettings, load, setting
+from hami_common.settings import BusSettings, load, setting, to_argv
 
 
 def test_node_names_with_dots_map_to_one_token_and_back() -> None:
@@ -62,6 +62,16 @@ def test_environment_overrides_defaults_and_flags_override_environment() -> None
     assert (s.http_port, s.verbose, s.peers, s.ratio) == (9000, True, ("a", "b"), 0.25)
     s = load(DemoSettings, ["--http-port", "9100", "--no-verbose"], env=env)
     assert (s.http_port, s.verbose) == (9100, False)
+
+
+def test_to_argv_gives_the_flags_that_load_turns_back_into_the_same_settings() -> None:
+    wanted = DemoSettings(http_port=9100, verbose=True, ratio=0.25, peers=("a", "b"), nats_url="nats://x:1")
+    argv = to_argv(wanted)
+    assert "--http-port=9100" in argv
+    assert "--verbose" in argv
+    assert load(DemoSettings, argv, env={"HAMI_VERBOSE": "false", "HAMI_HTTP_PORT": "1"}) == wanted
+    assert to_argv(DemoSettings()) == []  # defaults are left to the defaults
+    assert load(DemoSettings, to_argv(DemoSettings(verbose=False)), env={"HAMI_VERBOSE": "1"}).verbose is True
 
 
 def test_malformed_environment_value_names_the_variable() -> None:

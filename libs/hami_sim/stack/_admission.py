@@ -2,7 +2,8 @@
 
 The API emulator does not call webhooks, so the stack does what kube-apiserver does for a pod CREATE: it
 wraps the pod in an ``admission.k8s.io/v1`` AdmissionReview, posts it to the webhook over HTTPS (trusting
-only the stack's CA), applies the returned JSONPatch, and creates the mutated pod through the API.
+only the stack's CA), applies the returned JSONPatch, and creates the mutated pod through the API. On the
+real kube-apiserver the same class only creates the pod: the apiserver calls the webhook itself.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ WEBHOOK_PATH: Final = "/webhook"
 READYZ_PATH: Final = "/readyz"
 JSON_PATCH: Final = "JSONPatch"
 SUBMITTER: Final = "kubernetes-admin"  # the user `hami submit` acts as (a tenant, not a system account)
+_DENIED: Final = "denied the request"  # kube-apiserver's words for a webhook's refusal
 _TIMEOUT_S: Final = 10.0  # kube-apiserver's default webhook timeout
 Json = dict[str, Any]
 
@@ -108,11 +110,22 @@ def canonical(pod: Json) -> Json:
 class Admitter:
     """``await admitter.create(pod)``: admission through the webhook, then the create; returns the stored pod."""
 
-    def __init__(self, webhook_url: str, ca_file: str, api_url: str) -> None:
+    def __init__(
+        self,
+        webhook_url: str,
+        ca_file: str,
+        api_url: str,
+        *,
+        api_tls: ssl.SSLContext | None = None,
+        review: bool = True,
+    ) -> None:
+        """``review=False``: the apiserver calls the webhook itself (the real kube-apiserver), so the pod is
+        only created, and a denial comes back in the apiserver's answer."""
         self._webhook = HttpClient(
             webhook_url, ssl_context=ssl.create_default_context(cafile=ca_file), timeout=_TIMEOUT_S
         )
-        self._api = HttpClient(api_url, timeout=_TIMEOUT_S)
+        self._api = HttpClient(api_url, ssl_context=api_tls, timeout=_TIMEOUT_S)
+        self._review = review
         self._namespaces: set[str] = set()
 
     async def close(self) -> None:
@@ -178,7 +191,7 @@ class Admitter:
 
     async def create(self, pod: Json) -> Json:
         """Admit ``pod`` and create it; the stored object (with its UID) is returned."""
-        mutated = await self.review(pod)
+        mutated = await self.review(pod) if self._review else canonical(copy.deepcopy(pod))
         namespace = str((mutated.get("metadata") or {}).get("namespace") or "default")
         mutated.setdefault("metadata", {})["namespace"] = namespace
         try:
@@ -188,6 +201,8 @@ class Admitter:
             raise TransientError(f"apiserver unreachable: {err}") from err
         if reply.status == HTTPStatus.CONFLICT:
             raise InvalidInput(f"pod {namespace}/{mutated['metadata'].get('name')} already exists")
+        if reply.status >= HTTPStatus.BAD_REQUEST and _DENIED in reply.text:
+            raise AdmissionDenied(str(reply.json().get("message") or reply.text[:500]))
         if reply.status >= HTTPStatus.BAD_REQUEST:
             raise InvalidInput(f"apiserver refused the pod: HTTP {reply.status}: {reply.text[:200]}")
         created: Json = reply.json()

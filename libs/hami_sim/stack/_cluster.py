@@ -1,4 +1,4 @@
-"""The whole local cluster: NATS, the API emulator, every service, N simulated nodes.
+"""The whole local cluster: NATS, the API emulator (or the real control plane), every service, N simulated nodes.
 
 ``async with LocalCluster(config) as cluster:`` starts, in order: a real ``nats-server`` and the
 Kubernetes API emulator (child processes), the Node objects, the webhook (HTTPS, behind the stack's own
@@ -6,6 +6,10 @@ CA), the extender and the metrics service (HTTP on loopback, in this process), e
 emulator, node agent, allocator; in this process or in ``config.node_hosts`` child processes), and the
 kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
 webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
+
+With ``config.kube == "real"`` the emulated peers give way to real ones (``_realkube``): etcd and
+kube-apiserver, which call the webhook themselves, and kube-scheduler replicas, each with its own
+``hami-extender`` process; every service runs as its deployed ServiceAccount.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -28,12 +33,14 @@ from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiProcess
+from hami_sim.realk8s import ControlPlane
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
+from hami_sim.stack._realkube import RealKube
 from hami_sim.stack._service import RunningService
 from hami_sim.stack.audit import GpuCapacity
 from hami_sim.tls import TlsFiles, write_serving_certificate
@@ -72,7 +79,10 @@ class LocalCluster:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
         self.nats = EmbeddedNats(store_dir=None)
-        self.api = KubeApiProcess(bookmark_interval=1.0, history=20_000)
+        self.real: RealKube | None = RealKube(config) if config.kube == "real" else None
+        self.api: KubeApiProcess | ControlPlane = (
+            self.real.plane if self.real is not None else KubeApiProcess(bookmark_interval=1.0, history=20_000)
+        )
         self.nodes: dict[str, SimNode] = {}  # nodes in this process (config.node_hosts == 0)
         self.hosts: list[NodeHost] = []  # child processes running the nodes otherwise
         self.submitted_at: dict[str, float] = {}  # pod uid -> time.monotonic() when admission began
@@ -100,7 +110,13 @@ class LocalCluster:
 
     @property
     def extender_url(self) -> str:
+        if self.real is not None and self.real.replicas:
+            return self.real.replicas[0].url
         return f"http://127.0.0.1:{self._extender_port.port}"
+
+    def _kubeconfig_of(self, service: str) -> str:
+        """Where ``service`` finds the apiserver: its own ServiceAccount's token on the real one."""
+        return self.real.kubeconfig_of(service) if self.real is not None else str(self.config.kubeconfig)
 
     @property
     def metrics_url(self) -> str:
@@ -123,7 +139,7 @@ class LocalCluster:
         return WebhookSettings(
             nats_url=self.nats.url,
             service_name="hami-webhook",
-            kubeconfig=str(self.config.kubeconfig),
+            kubeconfig=self._kubeconfig_of("webhook"),
             host="127.0.0.1",
             port=self._webhook_port.port,
             tls_cert_file=str(self.tls.cert),
@@ -195,14 +211,16 @@ class LocalCluster:
 
     def _seed_nodes(self) -> None:
         devices = str(self.config.gpus_per_node * self.config.split_count)
+        # what kube-scheduler's own plugins check (NodeResourcesFit counts pods against allocatable pods)
+        machine = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU: devices}
         for name in self.config.node_names():
             body: Json = {
                 "apiVersion": "v1",
                 "kind": "Node",
                 "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, "gpu": "on"}},
                 "status": {
-                    "capacity": {GPU: devices},
-                    "allocatable": {GPU: devices},
+                    "capacity": machine,
+                    "allocatable": machine,
                     "conditions": [{"type": "Ready", "status": "True"}],
                 },
             }
@@ -234,23 +252,39 @@ class LocalCluster:
         self.config.sockdir.mkdir(parents=True, exist_ok=True)
         write_inventory(self.config)
         self.tls = write_serving_certificate(self.config.workdir / "tls")
-        progress("starting nats-server and the Kubernetes API emulator")
+        real = self.real
+        if real is not None:
+            progress(f"starting nats-server, etcd and kube-apiserver {real.binaries.version}; applying deploy/ RBAC")
+        else:
+            progress("starting nats-server and the Kubernetes API emulator")
         await asyncio.to_thread(self.nats.start)
         stack.callback(self.nats.close)
-        stack.callback(self.api.close)
-        await asyncio.to_thread(self.api.start)
-        self.api.write_kubeconfig(self.config.kubeconfig)
+        if real is not None:
+            stack.callback(real.close)
+            await asyncio.to_thread(real.start_plane)
+        else:
+            stack.callback(self.api.close)
+            await asyncio.to_thread(self.api.start)
+            self.api.write_kubeconfig(self.config.kubeconfig)
         await asyncio.to_thread(self._seed_nodes)
         self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
         tasks = await stack.enter_async_context(asyncio.TaskGroup())
         stack.push_async_callback(self._stop_services)
         progress("starting the webhook, the extender and the metrics service")
         self.webhook = self._service("webhook", self._run_webhook, tasks)
-        self.extender = self._service("extender", self._run_extender, tasks)
         self.metrics = self._service("metrics", self._run_metrics, tasks)
-        for service in (self.webhook, self.extender, self.metrics):
+        for service in (self.webhook, self.metrics):
             service.start()
-        connections = NodeConnections(nats_url=self.nats.url, kubeconfig=str(self.config.kubeconfig))
+        if real is not None:
+            await asyncio.to_thread(real.start_extenders, self.extender_settings(), self.tls)
+        else:
+            self.extender = self._service("extender", self._run_extender, tasks)
+            self.extender.start()
+        connections = NodeConnections(
+            nats_url=self.nats.url,
+            kubeconfig=self._kubeconfig_of("node"),
+            kubelet_kubeconfig=str(self.config.kubeconfig),
+        )
         progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs")
         if self.config.node_hosts > 0:
             await self._start_hosts(connections)
@@ -258,11 +292,21 @@ class LocalCluster:
             await self._start_nodes(connections, tasks)
         progress("device plugins registered; waiting for the nodes' GPU registration")
         await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
-        self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
-        self.scheduler.start()
-        self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
-        stack.push_async_callback(self._admitter.close)
-        await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
+        if real is not None:
+            self._admitter = Admitter(
+                self.webhook_url, str(self.tls.ca), self.api.url, api_tls=real.plane.client_tls(), review=False
+            )
+            stack.push_async_callback(self._admitter.close)
+            progress("registering the webhook with kube-apiserver; starting kube-scheduler")
+            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
+            await asyncio.to_thread(real.register_webhook, self.webhook_url, self.tls.ca.read_bytes())
+            await asyncio.to_thread(real.start_schedulers)
+        else:
+            self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
+            self.scheduler.start()
+            self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
+            stack.push_async_callback(self._admitter.close)
+            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
         progress("ready")
         return self
 
@@ -275,12 +319,16 @@ class LocalCluster:
         return ledger if isinstance(ledger, Ledger) else None
 
     def _ledger_complete(self) -> bool:
+        if self.real is not None:
+            return self.real.extenders_ready()
         ledger = self.ledger()
         return ledger is not None and all(name in ledger for name in self.config.node_names())
 
     async def _stop_services(self) -> None:
         """Scheduler first; then NATS, so no service waits out a drain; then the nodes and the control plane."""
         first = [s for s in self._services if s in (self.scheduler, self.pod_watch)]
+        if self.real is not None:
+            await asyncio.to_thread(self.real.stop_schedulers)
         for service in first:
             await service.stop()
         await asyncio.to_thread(self.nats.stop)
@@ -329,6 +377,25 @@ class LocalCluster:
         cap = GpuCapacity(memory_mib=self.config.gpu_memory_mib, slots=self.config.split_count)
         return {gpu_uuid(n, i): cap for n in self.config.node_names() for i in range(self.config.gpus_per_node)}
 
+    def processes(self) -> dict[str, int]:
+        """Every process of the stack by name (for CPU accounting): this one (webhook, metrics, the submitting
+        client, in-process nodes), NATS, the API emulator or etcd, kube-apiserver, kube-scheduler and extender
+        replicas, and the node hosts."""
+        found = {"stack (webhook, metrics, client)": os.getpid()}
+        peers: list[tuple[str, int | None]] = [("nats-server", self.nats.pid)]
+        if self.real is not None:
+            plane = self.real.plane
+            peers += [("etcd", plane.etcd.pid), ("kube-apiserver", plane.apiserver.pid)]
+            for replica in self.real.replicas:
+                peers.append((replica.extender.name, replica.extender.pid))
+                if replica.scheduler is not None:
+                    peers.append((replica.scheduler.name, replica.scheduler.pid))
+        elif isinstance(self.api, KubeApiProcess):
+            peers.append(("api emulator", self.api.pid))
+        peers += [(f"node host {i}", host.pid) for i, host in enumerate(self.hosts)]
+        found.update((name, pid) for name, pid in peers if pid is not None)
+        return found
+
     def failures(self) -> dict[str, list[BaseException | str]]:
         found: dict[str, list[BaseException | str]] = {s.name: list(s.failures) for s in self._services if s.failures}
         for host in self.hosts:
@@ -342,6 +409,9 @@ class LocalCluster:
         await asyncio.to_thread(self.nats.restart)
 
     async def restart_extender(self) -> None:
+        if self.real is not None:  # the leading replica's process, killed as a crash would
+            await asyncio.to_thread(self.real.restart_leader_extender)
+            return
         self._extender_state = {}
         await self.extender.restart()
 
@@ -353,6 +423,8 @@ class LocalCluster:
             await self.nodes[node].agent.restart()
 
     async def restart_api(self) -> None:
-        """Restart the API emulator (every watch breaks) and compact its history (resumes get 410 Gone)."""
+        """Restart the API emulator (every watch breaks) and compact its history (resumes get 410 Gone); on
+        the real control plane, restart kube-apiserver (etcd keeps every object)."""
         await asyncio.to_thread(self.api.restart)
-        await asyncio.to_thread(self.api.compact)
+        if isinstance(self.api, KubeApiProcess):
+            await asyncio.to_thread(self.api.compact)

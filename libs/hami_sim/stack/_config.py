@@ -44,6 +44,10 @@ class StackConfig:
     # 0: the nodes run in the stack's process (their spans reach its tracer); N: in N child processes, as
     # separate machines would, so they do not take the interpreter lock from the control plane
     node_hosts: int = 0
+    # "emulated": the API emulator and a kube-scheduler stand-in; "real": etcd, kube-apiserver and
+    # kube-scheduler built from their Go modules (``make k8s``), the webhook called by the apiserver
+    kube: str = "emulated"
+    scheduler_replicas: int = 1  # kube-scheduler + extender pairs (real only; the Lease picks the leader)
 
     def node_names(self) -> tuple[str, ...]:
         return tuple(node_name(i) for i in range(self.nodes))

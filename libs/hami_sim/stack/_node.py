@@ -38,10 +38,17 @@ ADMISSION_ERROR: Final = "UnexpectedAdmissionError"  # the kubelet's reason for 
 
 @dataclass(frozen=True, slots=True)
 class NodeConnections:
-    """Where a node's services find NATS and the apiserver."""
+    """Where a node's services find NATS and the apiserver, and where the emulated kubelets do: a real
+    kubelet acts as ``system:node:<name>``; the emulated ones, many nodes in one process, as the stack's
+    admin (empty: the services' own kubeconfig)."""
 
     nats_url: str
     kubeconfig: str
+    kubelet_kubeconfig: str = ""
+
+    @property
+    def kubelet(self) -> str:
+        return self.kubelet_kubeconfig or self.kubeconfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,7 +148,8 @@ class SimNode:
         async def admit_forever() -> None:
             while True:
                 pod = await self._queue.get()
-                await self._until_staged(pod.metadata.uid)
+                if _asks_for_gpus(pod):  # a pod without devices has nothing to stage: it starts at once
+                    await self._until_staged(pod.metadata.uid)
                 admission = await self.kubelet.admit(pod)
                 self._on_admitted(Admitted(self.name, admission, time.monotonic()))
                 if self._kube is not None:  # the kubelet's status manager writes apart from admission
@@ -193,6 +201,11 @@ class SimNode:
         for service in (self.admitter, self.allocator, self.agent):
             await service.stop()
         await self.kubelet.stop()
+
+
+def _asks_for_gpus(pod: Pod) -> bool:
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    return any(GPU in c.resources.limits or GPU in c.resources.requests for c in containers)
 
 
 def hand_over(nodes: Mapping[str, SimNode], change: Change[Pod]) -> None:

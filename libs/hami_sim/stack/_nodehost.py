@@ -40,6 +40,7 @@ class HostSpec(msgspec.Struct, frozen=True, kw_only=True):
     nodes: list[str]
     nats_url: str
     kubeconfig: str
+    kubelet_kubeconfig: str = ""
 
 
 class HostCommand(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,7 +128,11 @@ class NodeHost:
         self.nodes = nodes
         self.failures: dict[str, list[str]] = {}  # service -> what failed it, as the child reported
         self._spec = HostSpec(
-            config=config_fields(config), nodes=nodes, nats_url=connections.nats_url, kubeconfig=connections.kubeconfig
+            config=config_fields(config),
+            nodes=nodes,
+            nats_url=connections.nats_url,
+            kubeconfig=connections.kubeconfig,
+            kubelet_kubeconfig=connections.kubelet_kubeconfig,
         )
         self._on_admitted = on_admitted
         self._child: asyncio.subprocess.Process | None = None
@@ -135,6 +140,10 @@ class NodeHost:
         self._ready = asyncio.Event()
         self._done: asyncio.Queue[DoneWire] = asyncio.Queue()
         self._commands = asyncio.Lock()
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._child is None or self._child.returncode is not None else self._child.pid
 
     async def start(self) -> None:
         self._child = await asyncio.create_subprocess_exec(
@@ -229,8 +238,12 @@ class HostProcess:
 
     async def run(self, commands: asyncio.StreamReader) -> None:
         asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(_THREADS, thread_name_prefix="node"))
-        connections = NodeConnections(nats_url=self.spec.nats_url, kubeconfig=self.spec.kubeconfig)
-        settings = KubeSettings(kubeconfig=self.spec.kubeconfig, kube_backoff_initial=0.05, kube_backoff_max=1.0)
+        connections = NodeConnections(
+            nats_url=self.spec.nats_url,
+            kubeconfig=self.spec.kubeconfig,
+            kubelet_kubeconfig=self.spec.kubelet_kubeconfig,
+        )
+        settings = KubeSettings(kubeconfig=connections.kubelet, kube_backoff_initial=0.05, kube_backoff_max=1.0)
         async with KubeClient.from_settings(settings) as kube, asyncio.TaskGroup() as tasks:
             for name in self.spec.nodes:
                 node = SimNode(name, self.config, connections, tasks, self._admitted, kube, self._failed)

@@ -12,11 +12,12 @@ from hami_webhook.admission import AdmissionPolicy
 
 __all__ = ["DEFAULT_SYSTEM_USERS", "WebhookSettings"]
 
-# The service accounts of this system's own components (deploy/kustomize names them so).
+# The ServiceAccounts of deploy/kustomize/base/rbac that write scheduler-owned annotations: the scheduler pod
+# (the extender) and the node pod (node agent and allocator). The real kube-apiserver sends their UPDATEs
+# through this webhook too.
 DEFAULT_SYSTEM_USERS: Final = (
-    "system:serviceaccount:hami-system:hami-extender",
-    "system:serviceaccount:hami-system:hami-nodeagent",
-    "system:serviceaccount:hami-system:hami-allocator",
+    "system:serviceaccount:hami-system:hami-scheduler",
+    "system:serviceaccount:hami-system:hami-node",
 )
 MAX_BODY_BYTES: Final = 7 * 1024 * 1024  # controller-runtime's limit, which HAMi's webhook has
 
