@@ -4,7 +4,8 @@
 
     HamiError
     ├── InvalidInput          malformed input from outside: a decoder, a request, a message
-    │   └── AnnotationError   a HAMi annotation value that does not follow its grammar
+    │   ├── AnnotationError   a HAMi annotation value that does not follow its grammar
+    │   └── Forbidden         the apiserver refused our identity or the request (401/403)
     ├── NotFound              the object asked for does not exist
     ├── Conflict              a write lost a race (stale resourceVersion, already bound)
     └── TransientError        worth retrying later: a peer is down or slow
@@ -18,6 +19,7 @@ from __future__ import annotations
 __all__ = [
     "AnnotationError",
     "Conflict",
+    "Forbidden",
     "HamiError",
     "InvalidInput",
     "NotFound",
@@ -40,6 +42,12 @@ class AnnotationError(InvalidInput):
         super().__init__(f"annotation {key}: {reason}")
         self.key = key
         self.reason = reason
+
+
+class Forbidden(InvalidInput):
+    """The apiserver refused who we are (401) or what we asked (403). Usually final; but a kube-apiserver that
+    has just started answers 403 until its RBAC caches are filled, so a caller that must eventually succeed
+    may wait it out."""
 
 
 class NotFound(HamiError):

@@ -263,6 +263,29 @@ async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kub
     assert followup.failures == 0
 
 
+async def test_follow_up_waits_out_an_apiserver_restart_then_records_and_releases(
+    kube: KubeClient, core: Any, emulator: KubeApiEmulator
+) -> None:
+    """A kube-apiserver restart takes seconds. A follow-up that gave up meanwhile left bind-phase at
+    allocating and HAMi's lock on the node, so every later pod of the node waited out the 5-minute expiry."""
+    await create(core, node_body(lock_holder=("default", "p")))
+    uid = await create(core, bound_pod_body("p", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10))
+    followup = FollowUp(NODE, pods=kube, nodes=kube)
+    worker = asyncio.create_task(followup.run())
+    emulator.stop()
+    followup.submit(
+        Served(pod_uid=uid, namespace="default", name="p", container="main", device_uuids=(GPUS[0],), staged=True)
+    )
+    await asyncio.sleep(5)  # longer than the retries of one request
+    emulator.start()
+    async with asyncio.timeout(30):
+        await followup.join()
+    worker.cancel()
+    assert followup.failures == 0
+    assert (await kube.get_pod("default", "p")).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+
+
 async def test_node_lock_is_released_whatever_the_watch_last_saw_of_the_node(kube: KubeClient, core: Any) -> None:
     """The release first works on the watch's copy of the node; a copy from before the lock was taken, or
     one that is behind the apiserver, still ends with this pod's lock released and no other change lost."""

@@ -293,7 +293,10 @@ async def test_extender_serves_kube_scheduler_over_verified_https(
         "metadata": {"name": "hami-scheduler", "namespace": NAMESPACE},
         "spec": {"holderIdentity": f"{POD_NAME}_0b6c8e2a", "leaseDurationSeconds": 3600},
     }
-    made = httpx.post(f"{emulator.url}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=lease)
+    async with httpx.AsyncClient() as client:
+        made = await client.post(
+            f"{emulator.url}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=lease
+        )
     assert made.status_code == 201, made.text
     port = free_port()
     service, environment = start("hami-scheduler", "extender", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))

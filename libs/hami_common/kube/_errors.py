@@ -8,7 +8,7 @@ import msgspec
 import urllib3.exceptions
 from kubernetes.client.exceptions import ApiException
 
-from hami_common.errors import Conflict, HamiError, InvalidInput, NotFound, TransientError
+from hami_common.errors import Conflict, Forbidden, HamiError, InvalidInput, NotFound, TransientError
 from hami_common.kube._types import Status
 
 __all__ = ["from_client_error", "from_status"]
@@ -27,9 +27,11 @@ def _message(body: object, fallback: str) -> str:
 
 
 def from_status(code: int, message: str, retry_after: float = _DEFAULT_RETRY_AFTER) -> HamiError:
-    """404 → NotFound, 409 → Conflict, 429/5xx → TransientError, other 4xx → InvalidInput."""
+    """404 → NotFound, 409 → Conflict, 401/403 → Forbidden, 429/5xx → TransientError, other 4xx → InvalidInput."""
     if code == 404:
         return NotFound(message)
+    if code in (401, 403):
+        return Forbidden(message)
     if code == 409:
         return Conflict(message)
     if code == 429 or code >= 500 or code == 0:

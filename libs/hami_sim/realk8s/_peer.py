@@ -29,8 +29,17 @@ _running: set[Peer] = set()
 
 
 class Peer:
-    def __init__(self, name: str, argv: Sequence[str], log_file: Path, *, restart: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        log_file: Path,
+        *,
+        restart: bool = False,
+        stop_timeout: float = _STOP_TIMEOUT_S,
+    ) -> None:
         self.name = name
+        self.stop_timeout = stop_timeout
         self.argv = list(argv)
         self.log_file = log_file
         self.restart_on_exit = restart
@@ -85,14 +94,14 @@ class Peer:
         if proc.poll() is None:
             proc.send_signal(sig)
             try:
-                proc.wait(_STOP_TIMEOUT_S)
+                proc.wait(self.stop_timeout)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
         _running.discard(self)
 
     def stop(self) -> None:
-        """SIGTERM, then SIGKILL if it is not gone in 20 s."""
+        """SIGTERM, then SIGKILL if it is not gone within ``stop_timeout``."""
         self._end(signal.SIGTERM)
 
     def kill(self) -> None:

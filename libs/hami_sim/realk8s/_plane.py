@@ -137,7 +137,8 @@ class ControlPlane:
             "--allow-privileged=true",
             "--v=1",
         ]
-        self.apiserver = Peer("kube-apiserver", apiserver_argv, logs / "kube-apiserver.log")
+        # its graceful termination drains requests in milliseconds here, then can linger for long; 5 s is ample
+        self.apiserver = Peer("kube-apiserver", apiserver_argv, logs / "kube-apiserver.log", stop_timeout=5.0)
         self._ssl = self.client_tls()
         self._bootstrapped = False
 

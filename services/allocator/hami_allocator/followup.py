@@ -42,7 +42,7 @@ from hami_common.annotations import (
     encode_pod_devices,
     pop_first_container,
 )
-from hami_common.errors import AnnotationError, Conflict, HamiError, NotFound, TransientError
+from hami_common.errors import AnnotationError, Conflict, Forbidden, HamiError, NotFound, TransientError
 from hami_common.events import AllocationResult
 from hami_common.kube import (
     AnnotationChanges,
@@ -65,6 +65,8 @@ _ATTEMPTS: Final = 5
 # again almost at once, with a little growing jitter should the same writer be at it again.
 _CONFLICT_BACKOFF: Final = Backoff(initial=0.002, cap=0.05)
 _RETRY_DELAY_S: Final = 0.2
+_RETRY_CAP_S: Final = 2.0
+PATIENCE_S: Final = 300.0  # HAMi's node-lock expiry
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,8 +138,10 @@ class FollowUp:
         clock: Callable[[], int] = time.time_ns,
         known_pod: Callable[[str, str], Pod | None] = lambda namespace, name: None,
         known_node: Callable[[], Node | None] = lambda: None,
+        patience: float = PATIENCE_S,
     ) -> None:
         self.node = node
+        self.patience = patience  # how long a follow-up waits for an apiserver that is away
         self.pods = pods
         # The pod and the node as this plugin's watches hold them: first tries that read nothing more.
         self.known_pod = known_pod
@@ -189,14 +193,25 @@ class FollowUp:
 
     async def _follow(self, served: Served) -> None:
         if self.pods is not None:
-            for attempt in range(_ATTEMPTS):
+            # The record is the source of truth (bind-phase, the lock) and the allocation result follows it, so
+            # an apiserver that is away (a restart takes seconds) is waited for, up to the hand-off expiry after
+            # which the scheduler takes the node over anyway; later pods' follow-ups would fail meanwhile too.
+            deadline = time.monotonic() + self.patience
+            delay = _RETRY_DELAY_S
+            while True:
                 try:
                     await self._record(served, self.pods)
                     break
-                except TransientError:
-                    if attempt == _ATTEMPTS - 1:
+                except (TransientError, Forbidden) as err:  # Forbidden: a restarted apiserver's first moments
+                    if time.monotonic() + delay > deadline:
                         raise
-                    await asyncio.sleep(_RETRY_DELAY_S * 2**attempt)  # the apiserver is briefly away
+                    if delay == _RETRY_DELAY_S:
+                        log.info(
+                            "follow-up of %s/%s waits for the apiserver: %s", served.namespace, served.name, err,
+                            extra={logkeys.POD_UID: served.pod_uid},
+                        )  # fmt: skip
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, _RETRY_CAP_S)
         if self.publisher is not None:
             result = AllocationResult(
                 pod_uid=served.pod_uid,

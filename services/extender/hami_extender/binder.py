@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 
@@ -57,6 +57,8 @@ from hami_extender.timings import FilterTimes
 from hami_extender.wire import BindingArgs
 
 __all__ = ["BindPort", "Binder", "placement_of"]
+
+UNLOCK_RETRY_S: Final = 1.0  # a lock that could not be removed is tried again after this long
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +343,14 @@ class Binder:
                 async with asyncio.timeout(self.call_timeout):
                     await update_node_annotations(nodes, node, changes)
             except (HamiError, TimeoutError) as err:
+                # kept in _releasing and tried again: a lock left behind would hold the node for the whole
+                # hand-off expiry (HAMi's 5 minutes) once this process forgets it, e.g. after an apiserver outage
                 self.unlock_failures += 1
-                log.warning("lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})
-            finally:
-                self._releasing.discard((namespace, name))
-                self.unlocks_handled += 1
+                log.warning(
+                    "lock of node %s not released, retrying in %.1fs: %s",
+                    node, UNLOCK_RETRY_S, err or "timeout", extra={logkeys.NODE: node},
+                )  # fmt: skip
+                asyncio.get_running_loop().call_later(UNLOCK_RETRY_S, self._unlocks.put_nowait, (node, namespace, name))
+                continue
+            self._releasing.discard((namespace, name))
+            self.unlocks_handled += 1
