@@ -41,8 +41,10 @@ async def test_handlers_receive_typed_changes_in_order(
     core.create_namespaced_pod("default", pod_body("p"))
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}})
     core.delete_namespaced_pod("p", "default")
-    await eventually(lambda: len(changes) == 3, what="three changes")
-    assert seen(changes) == [("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
+    await eventually(lambda: len(changes) == 4, what="four changes")
+    # a delete first marks the pod (deletionTimestamp, MODIFIED), then removes it, as kube-apiserver does
+    assert seen(changes) == [("ADDED", "p"), ("MODIFIED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
+    assert changes[2].obj.metadata.deletion_timestamp is not None
     assert isinstance(changes[1].obj, Pod)
     assert changes[1].old is not None
     assert changes[1].obj.metadata.labels == {"a": "b"}

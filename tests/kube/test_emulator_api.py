@@ -88,12 +88,13 @@ def test_strategic_merge_patch_merges_containers_by_name(core: Any) -> None:
     assert [(c.name, c.image) for c in pod.spec.containers] == [("main", "busybox"), ("side", "new")]
 
 
-def test_status_subresource_changes_status_only(core: Any) -> None:
+def test_status_subresource_changes_status_and_metadata_but_not_spec(core: Any) -> None:
     core.create_namespaced_pod("default", pod_body("p"))
-    patch = {"status": {"phase": "Running"}, "metadata": {"labels": {"ignored": "yes"}}}
+    patch = {"status": {"phase": "Running"}, "metadata": {"labels": {"kept": "yes"}}, "spec": {"nodeName": "n"}}
     pod = core.patch_namespaced_pod_status("p", "default", patch)
     assert pod.status.phase == "Running"
-    assert not pod.metadata.labels
+    assert pod.metadata.labels == {"kept": "yes"}  # kube-apiserver keeps metadata written through /status
+    assert pod.spec.node_name is None
     main = core.patch_namespaced_pod("p", "default", {"status": {"phase": "Failed"}})
     assert main.status.phase == "Running"
 

@@ -31,8 +31,9 @@ def test_watch_replays_added_modified_deleted_after_a_resource_version(core: Any
     core.create_namespaced_pod("default", pod_body("p"))
     core.patch_namespaced_pod("p", "default", {"metadata": {"labels": {"a": "b"}}})
     core.delete_namespaced_pod("p", "default")
-    events = collect(core.list_namespaced_pod, 3, namespace="default", resource_version=start)
-    assert events == [("ADDED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
+    events = collect(core.list_namespaced_pod, 4, namespace="default", resource_version=start)
+    # the delete marks the pod (deletionTimestamp) before it removes it, as kube-apiserver does
+    assert events == [("ADDED", "p"), ("MODIFIED", "p"), ("MODIFIED", "p"), ("DELETED", "p")]
 
 
 def test_watch_without_resource_version_starts_with_current_objects(core: Any) -> None:

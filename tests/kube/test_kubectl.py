@@ -199,5 +199,6 @@ def test_kubectl_get_watch_prints_changes_as_they_happen(
         core.delete_node("second")
     added = read_until(proc, "second")
     assert added[-1].split()[:2] == ["ADDED", "second"]
-    deleted = read_until(proc, "second")
+    deleted = read_until(proc, "DELETED")  # a pod is marked (MODIFIED, Terminating) before it goes
     assert deleted[-1].split()[:2] == ["DELETED", "second"]
+    assert all(line.split()[:2] == ["MODIFIED", "second"] for line in deleted[:-1])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -18,10 +18,18 @@ from starlette.routing import Route
 from hami_sim.kubeapi import _discovery
 from hami_sim.kubeapi._errors import ApiError, bad_request, gone, status_body
 from hami_sim.kubeapi._handlers import Handlers
+from hami_sim.kubeapi._objects import admission_view
 from hami_sim.kubeapi._resources import ResourceType, find
-from hami_sim.kubeapi._selectors import SelectorError, parse_field_selector, parse_label_selector
+from hami_sim.kubeapi._selectors import (
+    Resolver,
+    SelectorError,
+    lookup,
+    parse_field_selector,
+    parse_label_selector,
+)
 from hami_sim.kubeapi._store import Store, object_key
 from hami_sim.kubeapi._table import to_table, wants_table
+from hami_sim.kubeapi._webhooks import ADMIN, Caller, Webhooks
 
 __all__ = ["create_app"]
 
@@ -31,6 +39,8 @@ RequestLog = deque[tuple[str, str]]
 JSON: Final = "application/json"
 _BATCH: Final = 256  # watch events written at most in one chunk
 
+# The field selectors kube-apiserver supports per kind, besides metadata.name (and metadata.namespace for
+# namespaced kinds); any other is 400.
 _FIELDS: Final = {
     "pods": {
         "spec.nodeName",
@@ -43,9 +53,23 @@ _FIELDS: Final = {
         "spec.hostNetwork",
     },
     "nodes": {"spec.unschedulable"},
-    "events": {"reason", "type", "source", "reportingComponent"},
+    "events": {
+        "involvedObject.kind",
+        "involvedObject.namespace",
+        "involvedObject.name",
+        "involvedObject.uid",
+        "involvedObject.apiVersion",
+        "involvedObject.resourceVersion",
+        "involvedObject.fieldPath",
+        "reason",
+        "reportingComponent",
+        "source",
+        "type",
+    },
     "namespaces": {"status.phase"},
 }
+# Deleting these answers with the object (upstream's ReturnDeletedObject); the others answer a Status.
+_RETURNS_DELETED: Final = frozenset({"pods", "namespaces"})
 
 
 def json_response(body: object, code: int = 200) -> Response:
@@ -94,13 +118,50 @@ def parse_target(parts: list[str], path: str) -> Target:
 
 def _field_allowed(rt: ResourceType) -> Any:
     extra = _FIELDS.get(rt.plural, set())
+    meta = {"metadata.name", "metadata.namespace"} if rt.namespaced else {"metadata.name"}
 
     def allowed(path: str) -> bool:
-        if path in ("metadata.name", "metadata.namespace") or path in extra:
-            return True
-        return rt.plural == "events" and path.startswith(("involvedObject.", "source."))
+        return path in meta or path in extra
 
     return allowed
+
+
+def _resolver(rt: ResourceType) -> Resolver:
+    """The fields upstream computes rather than reads: an event's ``source`` (its component, else the
+    reporting component), a pod's ``status.podIP`` (the first of ``status.podIPs``)."""
+
+    def event_field(obj: Mapping[str, Any], path: str) -> str:
+        if path == "source":
+            return lookup(obj, "source.component") or lookup(obj, "reportingComponent")
+        return lookup(obj, path)
+
+    def pod_field(obj: Mapping[str, Any], path: str) -> str:
+        if path == "status.podIP":
+            ips = (obj.get("status") or {}).get("podIPs") or []
+            first = ips[0] if ips and isinstance(ips[0], dict) else {}
+            return str(first.get("ip") or "") or lookup(obj, path)
+        return lookup(obj, path)
+
+    resolvers: dict[str, Resolver] = {"events": event_field, "pods": pod_field}
+    return resolvers.get(rt.plural, lookup)
+
+
+def _list_item(obj: JsonObj) -> JsonObj:
+    """An item of a list as upstream serialises it: without ``kind`` and ``apiVersion``."""
+    obj.pop("kind", None)
+    obj.pop("apiVersion", None)
+    return obj
+
+
+def _deleted(rt: ResourceType, obj: JsonObj) -> JsonObj:
+    if rt.plural in _RETURNS_DELETED:
+        return obj
+    meta = obj.get("metadata") or {}
+    details: JsonObj = {"name": meta.get("name", "")}
+    if rt.group:
+        details["group"] = rt.group
+    details.update(kind=rt.plural, uid=meta.get("uid", ""))
+    return {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "details": details}
 
 
 class Api:
@@ -110,6 +171,7 @@ class Api:
         self.store = store
         self.requests = requests
         self.handlers = Handlers(store)
+        self.webhooks = Webhooks(store)
         self.server_address = server_address
         self.bookmark_interval = bookmark_interval
 
@@ -152,7 +214,7 @@ class Api:
                 body = await self._body(request)
                 if target.rt.plural == "bindings":
                     return json_response(self.handlers.bind(target.namespace, None, body), 201)
-                return json_response(self.store.create(target.rt, target.namespace, body), 201)
+                return json_response(await self.create(request, target, body), 201)
             if method == "DELETE":
                 items, rv = self._select(request, target)
                 for obj in items:
@@ -162,7 +224,7 @@ class Api:
                         "kind": target.rt.list_kind,
                         "apiVersion": target.rt.api_version,
                         "metadata": {"resourceVersion": str(rv)},
-                        "items": items,
+                        "items": [_list_item(obj) for obj in items],
                     }
                 )
         else:
@@ -173,7 +235,7 @@ class Api:
                 body = await self._body(request)
                 return json_response(self.handlers.bind(target.namespace, name, body), 201)
             if method == "GET":
-                return json_response(self.store.get(target.rt, target.namespace, name))
+                return self.get(request, target, name)
             if method == "PUT":
                 body = await self._body(request)
                 return json_response(self.handlers.replace(target.rt, target.namespace, name, body, target.sub))
@@ -186,8 +248,24 @@ class Api:
             if method == "DELETE" and not target.sub:
                 raw = await request.body()
                 options = self._decode(raw) if raw.strip() else {}
-                return json_response(self.handlers.delete(target.rt, target.namespace, name, options))
+                deleted = self.handlers.delete(target.rt, target.namespace, name, options)
+                return json_response(_deleted(target.rt, deleted))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
+
+    async def create(self, request: Request, target: Target, body: Any) -> JsonObj:
+        """A create, after the mutating admission webhooks registered with the emulator have seen it."""
+        if self.webhooks.wanted(target.rt):
+            view = admission_view(target.rt, body, target.namespace)
+            body = await self.webhooks.admit_create(target.rt, target.namespace, view, _caller(request))
+        return self.store.create(target.rt, target.namespace, body)
+
+    def get(self, request: Request, target: Target, name: str) -> Response:
+        obj = self.store.get(target.rt, target.namespace, name)
+        if wants_table(request.headers.get("accept", "")):
+            rv = str(obj["metadata"].get("resourceVersion", ""))
+            include = request.query_params.get("includeObject", "PartialObjectMetadata")
+            return json_response(to_table(target.rt, [obj], rv, include))
+        return json_response(obj)
 
     @staticmethod
     def _decode(raw: bytes) -> Any:
@@ -206,7 +284,7 @@ class Api:
         query = request.query_params
         try:
             labels = parse_label_selector(query.get("labelSelector"))
-            fields = parse_field_selector(query.get("fieldSelector"), _field_allowed(target.rt))
+            fields = parse_field_selector(query.get("fieldSelector"), _field_allowed(target.rt), _resolver(target.rt))
         except SelectorError as err:
             raise bad_request(str(err)) from None
         return labels, fields
@@ -236,7 +314,7 @@ class Api:
                 "kind": target.rt.list_kind,
                 "apiVersion": target.rt.api_version,
                 "metadata": metadata,
-                "items": items,
+                "items": [_list_item(obj) for obj in items],
             }
         )
 
@@ -305,6 +383,15 @@ class Api:
     @staticmethod
     def _bookmark(rt: ResourceType, rv: int) -> JsonObj:
         return {"kind": rt.kind, "apiVersion": rt.api_version, "metadata": {"resourceVersion": str(rv)}}
+
+
+def _caller(request: Request) -> Caller:
+    """Who the request is from: the admin, or whom it impersonates (``kubectl --as``, ``--as-group``)."""
+    user = request.headers.get("impersonate-user")
+    if not user:
+        return ADMIN
+    groups = request.headers.getlist("impersonate-group")
+    return Caller(user, (*groups, "system:authenticated"))
 
 
 def _continue_key(token: str) -> tuple[str, str]:

@@ -41,7 +41,8 @@ def _missing(path: str) -> ApiError:
 def document(parts: list[str], server_address: str) -> JsonObj | Response | None:
     """The discovery answer for ``parts``, or None when the path names a resource instead."""
     if not parts:
-        return {"paths": ["/api", "/api/v1", "/apis", "/apis/coordination.k8s.io/v1", "/healthz", "/version"]}
+        groups = sorted({f"/apis/{rt.group}/{rt.version}" for rt in RESOURCES if rt.group})
+        return {"paths": ["/api", "/api/v1", "/apis", *groups, "/healthz", "/version"]}
     head = parts[0]
     if len(parts) == 1 and head in _HEALTH:
         return PlainTextResponse("ok")

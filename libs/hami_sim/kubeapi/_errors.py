@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Final
 
 from hami_sim.kubeapi._resources import ResourceType
 
@@ -11,6 +11,7 @@ __all__ = [
     "already_exists",
     "bad_request",
     "conflict",
+    "conflict_on",
     "gone",
     "invalid",
     "not_found",
@@ -71,21 +72,41 @@ def already_exists(rt: ResourceType, name: str) -> ApiError:
 
 
 def conflict(rt: ResourceType, name: str, why: str) -> ApiError:
-    return ApiError(
-        409,
-        "Conflict",
-        f'Operation cannot be fulfilled on {_resource(rt)} "{name}": {why}',
-        _details(rt, name),
-    )
+    return conflict_on(rt.plural, rt.group, name, why)
+
+
+def conflict_on(resource: str, group: str, name: str, why: str) -> ApiError:
+    """409 Conflict on ``resource`` as kube-apiserver names it: a plural, a subresource (``pods/binding``),
+    or a kind (a failed delete precondition is reported on ``Pod``)."""
+    details: JsonObj = {"name": name, "kind": resource}
+    if group:
+        details["group"] = group
+    label = f"{resource}.{group}" if group else resource
+    return ApiError(409, "Conflict", f'Operation cannot be fulfilled on {label} "{name}": {why}', details)
 
 
 STALE = "the object has been modified; please apply your changes to the latest version and try again"
 
 
+_CAUSES: Final = (
+    ("Required value", "FieldValueRequired"),
+    ("Forbidden", "FieldValueForbidden"),
+    ("Duplicate value", "FieldValueDuplicate"),
+    ("Unsupported value", "FieldValueNotSupported"),
+)
+
+
+def _cause_reason(message: str) -> str:
+    return next((reason for prefix, reason in _CAUSES if message.startswith(prefix)), "FieldValueInvalid")
+
+
 def invalid(rt: ResourceType, name: str, causes: list[tuple[str, str]]) -> ApiError:
-    text = "; ".join(f"{field}: {msg}" for field, msg in causes)
+    """422 Invalid; ``causes`` are (field, message) with kube-apiserver's message prefixes (``Required
+    value``, ``Invalid value: ...``), which also give each cause its reason."""
+    parts = [f"{field}: {msg}" for field, msg in causes]
+    text = parts[0] if len(parts) == 1 else f"[{', '.join(parts)}]"
     details = _details(rt, name) | {"kind": rt.kind}
-    details["causes"] = [{"reason": "FieldValueInvalid", "message": m, "field": f} for f, m in causes]
+    details["causes"] = [{"reason": _cause_reason(m), "message": m, "field": f} for f, m in causes]
     return ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: {text}', details)
 
 

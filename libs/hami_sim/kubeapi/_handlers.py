@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any, Final
 
-from hami_sim.kubeapi._errors import ApiError, bad_request, conflict, not_found
+from hami_sim.kubeapi._errors import ApiError, bad_request, conflict_on, not_found
 from hami_sim.kubeapi._objects import check_shape
 from hami_sim.kubeapi._patch import (
     PatchError,
@@ -43,14 +43,7 @@ class Handlers:
         self.store = store
 
     def replace(self, rt: ResourceType, namespace: str | None, name: str, body: object, sub: str) -> JsonObj:
-        desired = check_shape(body)
-        if not desired.get("metadata", {}).get("resourceVersion") and rt.plural == "pods":
-            raise ApiError(
-                422,
-                "Invalid",
-                f'Pod "{name}" is invalid: metadata.resourceVersion: Invalid value: '
-                "0x0: must be specified for an update",
-            )
+        desired = check_shape(body)  # without a resourceVersion the update is unconditional, as upstream
         return self.store.update(rt, namespace, name, lambda _current: desired, sub)
 
     def patch(
@@ -101,7 +94,10 @@ class Handlers:
         uid, rv = pre.get("uid"), pre.get("resourceVersion")
         if not isinstance(uid, str | None) or not isinstance(rv, str | None):
             raise bad_request("preconditions must hold strings")
-        return self.store.delete(rt, namespace, name, uid=uid, rv=rv)
+        grace = options.get("gracePeriodSeconds")
+        if not isinstance(grace, int | None) or isinstance(grace, bool):
+            raise bad_request("gracePeriodSeconds must be an integer")
+        return self.store.delete(rt, namespace, name, uid=uid, rv=rv, grace=grace)
 
     def bind(self, namespace: str | None, name: str | None, body: object) -> JsonObj:
         """``pods/binding``: set ``spec.nodeName`` once; 409 if the pod is bound already."""
@@ -126,18 +122,21 @@ class Handlers:
             raise bad_request("target.name must be a string")
         pods = _pods()
 
+        def conflict(why: str) -> ApiError:
+            return conflict_on("pods/binding", "", str(name), why)
+
         def assign(pod: JsonObj) -> JsonObj:
             meta, spec = pod["metadata"], pod.setdefault("spec", {})
             if metadata.get("uid") and metadata["uid"] != meta["uid"]:
-                raise conflict(pods, name, "Precondition failed: UID in precondition does not match")
+                raise conflict("Precondition failed: UID in precondition does not match")
             if metadata.get("resourceVersion") and metadata["resourceVersion"] != meta["resourceVersion"]:
-                raise conflict(pods, name, "the object has been modified")
+                raise conflict("the object has been modified")
             if meta.get("deletionTimestamp"):
-                raise conflict(pods, name, f"pod {name} is being deleted, cannot be assigned to a host")
+                raise conflict(f"pod {name} is being deleted, cannot be assigned to a host")
             if spec.get("nodeName"):
-                raise conflict(pods, name, f'pod {name} is already assigned to node "{spec["nodeName"]}"')
+                raise conflict(f'pod {name} is already assigned to node "{spec["nodeName"]}"')
             if spec.get("schedulingGates"):
-                raise conflict(pods, name, f"pod {name} has non-empty .spec.schedulingGates")
+                raise conflict(f"pod {name} has non-empty .spec.schedulingGates")
             spec["nodeName"] = node
             annotations = metadata.get("annotations") or {}
             if annotations:

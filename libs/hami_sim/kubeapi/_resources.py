@@ -40,6 +40,16 @@ RESOURCES: Final = (
     ResourceType("", "v1", "events", "Event", True, ("ev",), (), "event"),
     ResourceType("", "v1", "bindings", "Binding", True, (), (), "binding"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, (), (), "lease"),
+    ResourceType(
+        "admissionregistration.k8s.io",
+        "v1",
+        "mutatingwebhookconfigurations",
+        "MutatingWebhookConfiguration",
+        False,
+        (),
+        (),
+        "mutatingwebhookconfiguration",
+    ),
 )
 
 # Kinds that are only ever created (POST), never stored: the legacy ``bindings`` collection.

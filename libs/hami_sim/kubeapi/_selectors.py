@@ -7,7 +7,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["FieldSelector", "LabelSelector", "SelectorError", "parse_field_selector", "parse_label_selector"]
+__all__ = [
+    "FieldSelector",
+    "LabelSelector",
+    "Resolver",
+    "SelectorError",
+    "label_selector_of",
+    "lookup",
+    "parse_field_selector",
+    "parse_label_selector",
+]
 
 _SET_RE: Final = re.compile(r"^\s*(!?)\s*([A-Za-z0-9_./-]+)\s*(?:(in|notin)\s*\(([^)]*)\))?\s*$")
 _CMP_RE: Final = re.compile(r"^\s*([A-Za-z0-9_./-]+)\s*(==|!=|=)\s*([A-Za-z0-9_.-]*)\s*$")
@@ -94,6 +103,25 @@ def parse_label_selector(text: str | None) -> LabelSelector:
     return LabelSelector(tuple(requirements))
 
 
+_OPERATORS: Final = {"In": "in", "NotIn": "notin", "Exists": "exists", "DoesNotExist": "!exists"}
+
+
+def label_selector_of(selector: object) -> LabelSelector:
+    """A ``metav1.LabelSelector`` object (``matchLabels``, ``matchExpressions``); absent or empty: everything."""
+    if selector is None:
+        return LabelSelector()
+    if not isinstance(selector, Mapping):
+        raise SelectorError("a label selector must be an object")
+    labels = selector.get("matchLabels") or {}
+    requirements = [_Requirement(str(k), "=", frozenset({str(v)})) for k, v in labels.items()]
+    for expression in selector.get("matchExpressions") or []:
+        if not isinstance(expression, Mapping) or expression.get("operator") not in _OPERATORS:
+            raise SelectorError(f"unsupported label selector expression {expression!r}")
+        values = frozenset(str(v) for v in expression.get("values") or [])
+        requirements.append(_Requirement(str(expression.get("key", "")), _OPERATORS[expression["operator"]], values))
+    return LabelSelector(tuple(requirements))
+
+
 def _lookup(obj: Mapping[str, Any], path: str) -> str:
     node: Any = obj
     for part in path.split("."):
@@ -107,20 +135,30 @@ def _lookup(obj: Mapping[str, Any], path: str) -> str:
     return str(node)
 
 
+Resolver = Callable[[Mapping[str, Any], str], str]
+
+
+def lookup(obj: Mapping[str, Any], path: str) -> str:
+    """The value a field selector compares: the dotted JSON path, as a string ("" when absent)."""
+    return _lookup(obj, path)
+
+
 @dataclass(frozen=True, slots=True)
 class FieldSelector:
-    """``path=value`` / ``path!=value`` terms over dotted JSON paths (``spec.nodeName``)."""
+    """``path=value`` / ``path!=value`` terms over dotted JSON paths (``spec.nodeName``); ``resolve`` gives a
+    kind's computed fields (an event's ``source``)."""
 
     terms: tuple[tuple[str, bool, str], ...] = ()
+    resolve: Resolver = lookup
 
     def matches(self, obj: Mapping[str, Any]) -> bool:
-        return all((_lookup(obj, path) == value) == equal for path, equal, value in self.terms)
+        return all((self.resolve(obj, path) == value) == equal for path, equal, value in self.terms)
 
     def paths(self) -> frozenset[str]:
         return frozenset(path for path, _, _ in self.terms)
 
 
-def parse_field_selector(text: str | None, allowed: Callable[[str], bool]) -> FieldSelector:
+def parse_field_selector(text: str | None, allowed: Callable[[str], bool], resolve: Resolver = lookup) -> FieldSelector:
     if not text:
         return FieldSelector()
     terms = []
@@ -140,6 +178,6 @@ def parse_field_selector(text: str | None, allowed: Callable[[str], bool]) -> Fi
             raise SelectorError(f"invalid field selector term {part!r}")
         path = path.strip()
         if not allowed(path):
-            raise SelectorError(f'field label not supported: "{path}"')
+            raise SelectorError(f"field label not supported: {path}")
         terms.append((path, equal, value.strip()))
-    return FieldSelector(tuple(terms))
+    return FieldSelector(tuple(terms), resolve)

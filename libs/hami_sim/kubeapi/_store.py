@@ -18,8 +18,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from hami_sim.kubeapi._errors import STALE, ApiError, already_exists, conflict, gone, not_found
-from hami_sim.kubeapi._objects import normalize_quantities, pod_spec_change, prepare_create, validate
+from hami_sim.kubeapi._errors import STALE, ApiError, already_exists, conflict, conflict_on, gone, not_found
+from hami_sim.kubeapi._objects import decode_defaults, pod_spec_change, prepare_create, validate
 from hami_sim.kubeapi._resources import RESOURCES, ResourceType, find
 from hami_sim.kubeapi._selectors import FieldSelector, LabelSelector
 
@@ -93,6 +93,7 @@ class Store:
         self._rv = 0
         self._history: deque[WatchEvent] = deque(maxlen=history)
         self._oldest = 0  # watches may resume from any rv >= this
+        self._changed: dict[str, int] = {}  # per kind: the resourceVersion of its last write
         self._watchers: set[Watcher] = set()
         self._stopping = False
         self._uids = (str(uuid.UUID(int=n + 1, version=4)) for n in itertools.count(0))
@@ -105,6 +106,11 @@ class Store:
     def resource_version(self) -> int:
         with self._lock:
             return self._rv
+
+    def changed_at(self, rt: ResourceType) -> int:
+        """The resourceVersion of the last write to an object of ``rt`` (0: never written): a cache key."""
+        with self._lock:
+            return self._changed.get(_rt_key(rt), 0)
 
     def get(self, rt: ResourceType, namespace: str | None, name: str) -> JsonObj:
         with self._lock:
@@ -160,6 +166,7 @@ class Store:
             self._objects.pop(key, None)
         else:
             self._objects[key] = new
+        self._changed[key[0]] = self._rv
         event = WatchEvent(self._rv, kind, key[0], key[1], old, new)
         self._history.append(event)
         if self._history.maxlen and len(self._history) == self._history.maxlen:
@@ -225,9 +232,11 @@ class Store:
         result = copy.deepcopy(desired)
         has_status = "status" in rt.subresources
         if subresource == "status":
-            result = copy.deepcopy(current)
-            if "status" in desired:
-                result["status"] = desired["status"]
+            # a status write keeps its metadata (labels, annotations) but not its spec, as upstream
+            if "spec" in current:
+                result["spec"] = copy.deepcopy(current["spec"])
+            if rt.plural == "pods":
+                _keep(result, current, "ownerReferences")
         elif has_status:
             result["status"] = copy.deepcopy(current.get("status", {}))
         new_meta = dict(result.get("metadata") or {})
@@ -237,7 +246,7 @@ class Store:
         new_meta["resourceVersion"] = current["metadata"]["resourceVersion"]
         result["metadata"] = new_meta
         result["kind"], result["apiVersion"] = rt.kind, rt.api_version
-        normalize_quantities(rt, result)
+        decode_defaults(rt, result)
         validate(rt, result)
         if rt.plural == "pods":
             pod_spec_change(rt, name, current, result)
@@ -252,16 +261,30 @@ class Store:
         name: str,
         uid: str | None = None,
         rv: str | None = None,
+        grace: int | None = None,
     ) -> JsonObj:
+        """Delete now; returns the last state. A pod (or namespace) is first marked (``deletionTimestamp``, a
+        MODIFIED event) as upstream marks it, then removed at once: no kubelet (or namespace controller)
+        here finishes the deletion."""
         with self._lock:
             current = self._objects.get((_rt_key(rt), namespace or "", name))
             if current is None:
                 raise not_found(rt, name)
-            if uid and uid != current["metadata"]["uid"]:
-                raise conflict(rt, name, "Precondition failed: UID in precondition does not match")
-            if rv and rv != current["metadata"]["resourceVersion"]:
-                raise conflict(rt, name, STALE)
+            meta = current["metadata"]
+            if uid and uid != meta["uid"]:
+                why = f"the UID in the precondition ({uid}) does not match the UID in record ({meta['uid']}). "
+                raise conflict_on(
+                    rt.kind, rt.group, name, why + "The object might have been deleted and then recreated"
+                )
+            if rv and rv != meta["resourceVersion"]:
+                why = f"the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record "
+                raise conflict_on(
+                    rt.kind, rt.group, name, f"{why}({meta['resourceVersion']}). The object might have been modified"
+                )
+            if rt.plural == "pods":
+                current = self._commit(rt, "MODIFIED", current, _marked(current, grace))
             if rt.plural == "namespaces":
+                current = self._commit(rt, "MODIFIED", current, _terminating(current))
                 for (_, ns, _), obj in list(self._objects.items()):
                     if ns == name:
                         rt_of = find_kind(obj)
@@ -325,6 +348,44 @@ class Store:
             self._history.clear()
             self._oldest = self._rv
             return self._rv
+
+
+def _keep(result: JsonObj, current: JsonObj, field: str) -> None:
+    """``result`` keeps ``current``'s ``metadata.<field>`` (or its absence)."""
+    meta = result.setdefault("metadata", {})
+    meta.pop(field, None)
+    if field in current.get("metadata", {}):
+        meta[field] = copy.deepcopy(current["metadata"][field])
+
+
+def _pod_grace(pod: JsonObj, grace: int | None) -> int:
+    """Upstream's grace period for a pod delete: 0 for a pod on no node or one that has finished."""
+    spec, status = pod.get("spec") or {}, pod.get("status") or {}
+    if not spec.get("nodeName") or status.get("phase") in ("Succeeded", "Failed"):
+        return 0
+    if grace is None:
+        grace = spec.get("terminationGracePeriodSeconds")
+    if not isinstance(grace, int):
+        return 30
+    return 1 if grace < 0 else grace  # a negative period reads as one second
+
+
+def _marked(pod: JsonObj, grace: int | None) -> JsonObj:
+    marked = copy.deepcopy(pod)
+    seconds = _pod_grace(pod, grace)
+    meta = marked["metadata"]
+    if not meta.get("deletionTimestamp"):
+        meta["deletionTimestamp"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time() + seconds))
+        meta["deletionGracePeriodSeconds"] = seconds
+    return marked
+
+
+def _terminating(namespace: JsonObj) -> JsonObj:
+    """A namespace being deleted, as upstream marks it before its namespace controller empties it."""
+    marked = copy.deepcopy(namespace)
+    marked["metadata"].setdefault("deletionTimestamp", _now())
+    marked.setdefault("status", {})["phase"] = "Terminating"
+    return marked
 
 
 def _ns_type() -> ResourceType:
