@@ -81,6 +81,7 @@ async def test_kubectl_apply_of_a_gpu_pod_reaches_the_webhook_the_extender_the_a
     assert any(e.involved_object.name == "gpu-apply" and admitted.node in e.message for e in scheduled)
     table = await asyncio.to_thread(kubectl, k8s, real_cluster, "get", "pod", "gpu-apply", "-o", "wide")
     assert "Running" in table
+    assert " 1/1 " in table  # READY: the kubelet reported the container started and ready
     assert admitted.node in table
 
 

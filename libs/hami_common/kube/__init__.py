@@ -48,6 +48,7 @@ from hami_common.kube._stream import (
 from hami_common.kube._types import (
     Container,
     ContainerState,
+    ContainerStateRunning,
     ContainerStateTerminated,
     ContainerStatus,
     Event,
@@ -87,6 +88,7 @@ __all__ = [
     "ChangeType",
     "Container",
     "ContainerState",
+    "ContainerStateRunning",
     "ContainerStateTerminated",
     "ContainerStatus",
     "Event",

@@ -95,12 +95,20 @@ class ContainerStateTerminated(_Wire, frozen=True):
     reason: str = ""
 
 
+class ContainerStateRunning(_Wire, frozen=True):
+    started_at: str | None = None
+
+
 class ContainerState(_Wire, frozen=True):
+    running: ContainerStateRunning | None = None
     terminated: ContainerStateTerminated | None = None
 
 
 class ContainerStatus(_Wire, frozen=True):
     name: str = ""
+    image: str = ""
+    image_id: str = msgspec.field(default="", name="imageID")
+    started: bool = False
     ready: bool = False
     restart_count: int = 0
     state: ContainerState = msgspec.field(default_factory=ContainerState)

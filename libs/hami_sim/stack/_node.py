@@ -13,13 +13,23 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Final
 
 from hami_allocator.service import serve as serve_allocator
 from hami_allocator.settings import AllocatorSettings
 from hami_common.errors import HamiError
 from hami_common.inventory import FAKE
-from hami_common.kube import Change, KubeClient, Pod, PodCondition, PodStatus
+from hami_common.kube import (
+    Change,
+    ContainerState,
+    ContainerStateRunning,
+    ContainerStatus,
+    KubeClient,
+    Pod,
+    PodCondition,
+    PodStatus,
+)
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_nodeagent.agent import serve as serve_agent
@@ -164,8 +174,18 @@ class SimNode:
 
     async def _report(self, kube: KubeClient, pod: Pod, admission: PodAdmission) -> None:
         """Running once every container got its devices; Failed with the kubelet's reason when one did not."""
-        if admission.ok:
-            status = PodStatus(phase="Running", conditions=(PodCondition(type="Ready", status="True"),))
+        if admission.ok:  # every container started and ready, so kubectl reads READY n/n as on a real node
+            now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            running = ContainerState(running=ContainerStateRunning(started_at=now))
+            containers = tuple(
+                ContainerStatus(name=c.name, image=c.image, started=True, ready=True, state=running)
+                for c in pod.spec.containers
+            )
+            status = PodStatus(
+                phase="Running",
+                conditions=(PodCondition(type="Ready", status="True"),),
+                container_statuses=containers,
+            )
         else:
             failed = "; ".join(f"{c.name}: {c.error}" for c in admission.containers if c.error)
             status = PodStatus(
