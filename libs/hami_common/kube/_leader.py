@@ -13,7 +13,7 @@ import datetime as dt
 import enum
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +61,15 @@ def holds_lease(lease: Lease, prefix: str, observed_at: float, now: float) -> bo
     return bool(holder) and holder.startswith(prefix) and observed_at + duration > now
 
 
+async def _every(period: float, step: Callable[[], Awaitable[bool]], finally_: Callable[[], object]) -> None:
+    try:
+        while True:
+            await step()
+            await asyncio.sleep(period)
+    finally:
+        finally_()
+
+
 def _version(lease: Lease) -> str:
     return lease.metadata.resource_version
 
@@ -91,12 +100,7 @@ class LeaderElector:
 
     async def run(self) -> None:
         """Try to acquire or renew every ``retry_period`` until cancelled; step down when cancelled."""
-        try:
-            while True:
-                await self.step()
-                await asyncio.sleep(self.retry_period)
-        finally:
-            self._set(False)
+        await _every(self.retry_period, self.step, lambda: self._set(False))
 
     async def step(self) -> bool:
         """One round: read the lease, act on :func:`decide`; return whether this candidate leads now."""
@@ -185,12 +189,8 @@ class LeaseFollower:
     _observed_at: float = 0.0
 
     async def run(self) -> None:
-        try:
-            while True:
-                await self.step()
-                await asyncio.sleep(self.retry_period)
-        finally:
-            self._set(False)
+        """Look at the lease every ``retry_period`` until cancelled; stop leading when cancelled."""
+        await _every(self.retry_period, self.step, lambda: self._set(False))
 
     async def step(self) -> bool:
         now = self.monotonic()
