@@ -24,9 +24,9 @@ native: $(STAMP)
 protos: $(STAMP)
 	@if [ -f libs/hami_common/deviceplugin/generate.py ]; then $(BIN)/python -m hami_common.deviceplugin.generate; fi
 
-# The real Kubernetes peers (etcd, kube-apiserver, kube-scheduler, kubectl), built from the Go modules pinned
+# The real Kubernetes peers (etcd, kube-apiserver, kube-scheduler, kubelet, kubectl, fakecri), built from the Go modules pinned
 # in tools/k8s into an ignored cache folder; Go's build cache makes a rebuild cheap.
-$(K8S_STAMP): tools/k8s/go.mod tools/k8s/go.sum tools/k8s/build.sh
+$(K8S_STAMP): tools/k8s/go.mod tools/k8s/go.sum tools/k8s/build.sh $(wildcard tools/k8s/*/*.go)
 	HAMI_K8S_BIN=$(CURDIR)/$(K8S_BIN) tools/k8s/build.sh
 
 k8s: $(K8S_STAMP)

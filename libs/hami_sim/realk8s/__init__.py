@@ -1,13 +1,15 @@
 """The real Kubernetes control plane for tests, benchmarks and ``hami up --kube real``.
 
-etcd, kube-apiserver, kube-scheduler and kubectl are built by ``make k8s`` (``tools/k8s``) from their own Go
+etcd, kube-apiserver, kube-scheduler, kubelet and kubectl are built by ``make k8s`` (``tools/k8s``) from their own Go
 modules at pinned versions. :class:`ControlPlane` runs etcd and kube-apiserver with the API emulator's
 surface; :class:`KubeScheduler` runs a ``hami-scheduler`` replica configured as ``deploy/`` configures it;
 ``_manifests`` renders ``deploy/kustomize/base`` with the real kubectl, so RBAC and the webhook
-configuration are the deployed ones.
+configuration are the deployed ones; :class:`RealKubelet` runs the real kubelet on a fake CRI runtime, so its
+device manager calls our device plugin.
 """
 
 from hami_sim.realk8s._binaries import BIN_ENV, PEERS, BinariesMissing, K8sBinaries, find_binaries, repo_root
+from hami_sim.realk8s._kubelet import DEVICE_PLUGIN_DIR, RealKubelet, mount_namespaces_work
 from hami_sim.realk8s._manifests import (
     apply,
     deployed,
@@ -22,6 +24,7 @@ from hami_sim.realk8s._scheduler import KubeScheduler, uts_namespaces_work
 __all__ = [
     "ADMIN_USER",
     "BIN_ENV",
+    "DEVICE_PLUGIN_DIR",
     "PEERS",
     "SYSTEM_NAMESPACE",
     "ApiError",
@@ -30,10 +33,12 @@ __all__ = [
     "K8sBinaries",
     "KubeScheduler",
     "Peer",
+    "RealKubelet",
     "apply",
     "deployed",
     "find_binaries",
     "free_port",
+    "mount_namespaces_work",
     "rbac_documents",
     "repo_root",
     "scheduler_configuration",

@@ -11,7 +11,7 @@ from typing import Final
 __all__ = ["BIN_ENV", "PEERS", "BinariesMissing", "K8sBinaries", "default_folder", "find_binaries", "repo_root"]
 
 BIN_ENV: Final = "HAMI_K8S_BIN"  # a folder holding the binaries; default .cache/k8s/bin in the checkout
-PEERS: Final = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl")
+PEERS: Final = ("etcd", "kube-apiserver", "kube-scheduler", "kubectl", "kubelet", "fakecri")
 
 
 class BinariesMissing(RuntimeError):

@@ -1,0 +1,152 @@
+"""The real kubelet's device manager and our allocator: registration, ListAndWatch, Allocate, the container.
+
+The kubelet v1.37 (on the fake CRI runtime of k8s.io/cri-client) registers as Node ``n1`` with the real
+kube-apiserver as ``system:node:n1``; our allocator registers with it as the device plugin of
+``nvidia.com/gpu``; a pod bound to the node the way the extender binds it is admitted by the kubelet, which
+asks the allocator to ``Allocate`` and creates the container with the answer.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from hami_allocator.settings import AllocatorSettings
+from hami_common import envvars
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_ALLOCATING,
+    BIND_PHASE_SUCCESS,
+    BIND_TIME,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    VGPU_NODE,
+    ContainerDevice,
+    encode_pod_devices,
+)
+from hami_common.inventory import FAKE
+from hami_common.resources import GPU
+from hami_common.settings import to_argv
+from hami_sim.realk8s import ApiError, ControlPlane, Peer, RealKubelet, mount_namespaces_work
+
+NODE = "n1"
+GPUS = ("GPU-5e4f0c1a-0000-4000-8000-000000000001", "GPU-5e4f0c1a-0000-4000-8000-000000000002")
+SPLIT = 4
+_ALLOCATOR_MAIN = "import sys; from hami_allocator.main import main; sys.exit(main(sys.argv[1:]))"
+
+pytestmark = pytest.mark.skipif(
+    not mount_namespaces_work(), reason="the real kubelet needs a private mount namespace (root, unshare --mount)"
+)
+
+
+def until(what: str, check: Any, timeout: float = 90.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {timeout:.0f} s")
+
+
+@pytest.fixture
+def node(plane: ControlPlane, tmp_path: Path) -> Iterator[RealKubelet]:
+    """A real kubelet for node n1 and our allocator registered with it (fake inventory, fallback path only)."""
+    kubelet = RealKubelet(plane, NODE, tmp_path / NODE)
+    inventory = tmp_path / "inventory.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": {
+                    NODE: [
+                        {"uuid": u, "index": i, "model": "NVIDIA A100", "memory_mib": 40960} for i, u in enumerate(GPUS)
+                    ]
+                }
+            }
+        )
+    )
+    settings = AllocatorSettings(
+        kubeconfig=str(plane.write_kubeconfig(tmp_path / "admin")),
+        node_name=NODE,
+        plugin_dir=str(kubelet.plugin_dir),
+        device_split_count=SPLIT,
+        inventory=FAKE,
+        fake_inventory=str(inventory),
+        staging_dir=str(tmp_path / "staging"),
+        hook_path=str(tmp_path / "hook"),
+        use_bus=False,
+    )
+    allocator = Peer(
+        "allocator", [sys.executable, "-c", _ALLOCATOR_MAIN, *to_argv(settings)], tmp_path / "allocator.log"
+    )
+    kubelet.start()
+    try:
+        until("Node n1 registered by its kubelet", lambda: _node(plane))
+        allocator.start()
+        yield kubelet
+    finally:
+        allocator.stop()
+        kubelet.stop()
+        print("kubelet:", kubelet.kubelet.tail(20), "\nallocator:", allocator.tail(20))
+
+
+def _node(plane: ControlPlane) -> dict[str, Any] | None:
+    try:
+        return plane.request("GET", f"/api/v1/nodes/{NODE}")
+    except ApiError:
+        return None
+
+
+@pytest.mark.timeout(240)
+def test_the_real_kubelet_registers_our_plugin_calls_allocate_and_creates_the_container_with_its_answer(
+    plane: ControlPlane, node: RealKubelet
+) -> None:
+    def advertised() -> int:
+        found = _node(plane) or {}
+        return int(found.get("status", {}).get("allocatable", {}).get(GPU, "0"))
+
+    # registration and ListAndWatch: the kubelet's device manager advertises what our plugin lists
+    assert until("nvidia.com/gpu allocatable", advertised) == len(GPUS) * SPLIT
+
+    grant = encode_pod_devices([[ContainerDevice(uuid=GPUS[0], type="NVIDIA", usedmem=3000, usedcores=30)]])
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": "gpu-pod",
+            "labels": {VGPU_NODE: NODE},
+            "annotations": {
+                VGPU_NODE: NODE,
+                BIND_TIME: str(int(time.time())),
+                BIND_PHASE: BIND_PHASE_ALLOCATING,
+                DEVICES_TO_ALLOCATE: grant,
+                DEVICES_ALLOCATED: grant,
+            },
+        },
+        "spec": {
+            "nodeName": NODE,
+            "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {GPU: "1"}}}],
+        },
+    }
+    plane.ensure_namespace("kubelet-check")
+    plane.create("", "v1", "pods", "kubelet-check", pod)
+
+    def phase() -> str:
+        got = plane.request("GET", "/api/v1/namespaces/kubelet-check/pods/gpu-pod")
+        return str(got.get("status", {}).get("phase", "")) if got.get("status", {}).get("phase") != "Pending" else ""
+
+    assert until("the pod started by the kubelet", phase) == "Running"
+    (created,) = [c for c in node.created_containers() if c["container"] == "main"]
+    envs = {e["key"]: e["value"] for e in created["envs"]}
+    assert envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[0]
+    assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert envs["CUDA_DEVICE_SM_LIMIT"] == "30"
+    assert any(m["container_path"] == "/etc/ld.so.preload" for m in created["mounts"])
+    stored = plane.request("GET", "/api/v1/namespaces/kubelet-check/pods/gpu-pod")
+    assert stored["metadata"]["annotations"][BIND_PHASE] == BIND_PHASE_SUCCESS
