@@ -112,6 +112,28 @@ async def test_allocation_result_on_the_bus_releases_the_node_for_the_next_bind(
     await eventually(lambda: (lock_of(emulator, "node1") or "").endswith(",default,second"))
 
 
+async def test_a_lock_whose_removal_met_an_apiserver_outage_is_removed_once_it_is_back(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    """Forgotten after one failed try, HAMi's lock stayed on the node and every later pod there waited out
+    its 5-minute expiry (seen when the real kube-apiserver restarted mid-run)."""
+    add_node(emulator, "node1")
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    pod = await placed(emulator, extender, "p1", "node1")
+    assert await extender.bind(pod, "node1") == {"Error": ""}
+    binder = extender.state["binder"]
+    await eventually(lambda: NODE_LOCK in binder.cached_node("", "node1").metadata.annotations)
+    emulator.stop()
+    try:
+        await bus.publish(subjects.allocated("node1"), allocation(pod, "node1"))
+        await eventually(lambda: binder.unlock_failures >= 1, timeout=15)
+    finally:
+        emulator.start()
+    await eventually(lambda: lock_of(emulator, "node1") is None, timeout=15, what="the lock removed after the outage")
+    assert binder.handoff.holder("node1") is None
+
+
 async def test_binds_to_different_nodes_never_wait_on_each_other(emulator: KubeApiEmulator, extender: Served) -> None:
     add_node(emulator, "node1")
     add_node(emulator, "node2")

@@ -18,14 +18,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
-import subprocess
 from pathlib import Path
 from typing import Any, Final
 
 import yaml
 
-from hami_sim.realk8s._peer import Peer
+from hami_sim.realk8s._peer import Peer, unshare_works
 from hami_sim.realk8s._plane import ControlPlane, free_port
 
 __all__ = ["DEVICE_PLUGIN_DIR", "RealKubelet", "mount_namespaces_work"]
@@ -45,12 +43,7 @@ Json = dict[str, Any]
 
 def mount_namespaces_work() -> bool:
     """Whether this process may make a private mount namespace and bind-mount in it (root, unshare)."""
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(
-        ["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind / /mnt"], capture_output=True
-    )
-    return probe.returncode == 0
+    return unshare_works("--mount", "--propagation", "private", "sh", "-c", "mount --bind / /mnt")
 
 
 class RealKubelet:

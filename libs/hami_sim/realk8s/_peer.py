@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import shutil
 import signal
 import subprocess
 import threading
@@ -19,7 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-__all__ = ["Peer"]
+__all__ = ["Peer", "unshare_works"]
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,13 @@ class Peer:
         with contextlib.suppress(OSError):
             return " | ".join(self.log_file.read_text(errors="replace").splitlines()[-lines:])
         return ""
+
+
+def unshare_works(*command: str) -> bool:
+    """Whether ``unshare <command>`` succeeds here: the namespaces a peer needs may be made (root)."""
+    if shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", *command], capture_output=True).returncode == 0
 
 
 @atexit.register

@@ -11,14 +11,13 @@ starts with its own host name, so two replica pairs on one machine must not shar
 from __future__ import annotations
 
 import shlex
-import shutil
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from hami_sim.realk8s._binaries import K8sBinaries
-from hami_sim.realk8s._peer import Peer
+from hami_sim.realk8s._peer import Peer, unshare_works
 
 __all__ = ["KubeScheduler", "uts_namespaces_work"]
 
@@ -26,12 +25,7 @@ Json = dict[str, Any]
 
 
 def uts_namespaces_work() -> bool:
-    import subprocess
-
-    if shutil.which("unshare") is None:
-        return False
-    probe = subprocess.run(["unshare", "--uts", "--", "hostname", "hami-probe"], capture_output=True)
-    return probe.returncode == 0
+    return unshare_works("--uts", "--", "hostname", "hami-probe")
 
 
 class KubeScheduler(Peer):

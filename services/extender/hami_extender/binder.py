@@ -31,7 +31,7 @@ from hami_common.annotations import (
     encode_node_lock,
     encode_unix_seconds,
 )
-from hami_common.errors import AnnotationError, Conflict, HamiError, TransientError
+from hami_common.errors import AnnotationError, Conflict, Forbidden, HamiError, NotFound, TransientError
 from hami_common.events import ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_common.kube import (
     AnnotationChanges,
@@ -342,9 +342,12 @@ class Binder:
             try:
                 async with asyncio.timeout(self.call_timeout):
                     await update_node_annotations(nodes, node, changes)
-            except (HamiError, TimeoutError) as err:
+            except NotFound:
+                pass  # the node is gone, and its lock with it
+            except (TransientError, Forbidden, Conflict, TimeoutError) as err:
                 # kept in _releasing and tried again: a lock left behind would hold the node for the whole
-                # hand-off expiry (HAMi's 5 minutes) once this process forgets it, e.g. after an apiserver outage
+                # hand-off expiry (HAMi's 5 minutes) once this process forgets it, e.g. after an apiserver
+                # outage (a restarted apiserver answers 403 until its RBAC caches are filled)
                 self.unlock_failures += 1
                 log.warning(
                     "lock of node %s not released, retrying in %.1fs: %s",
@@ -352,5 +355,8 @@ class Binder:
                 )  # fmt: skip
                 asyncio.get_running_loop().call_later(UNLOCK_RETRY_S, self._unlocks.put_nowait, (node, namespace, name))
                 continue
+            except HamiError as err:  # refused for good: trying again would only repeat the refusal
+                self.unlock_failures += 1
+                log.warning("lock of node %s not released: %s", node, err, extra={logkeys.NODE: node})
             self._releasing.discard((namespace, name))
             self.unlocks_handled += 1
