@@ -14,6 +14,9 @@ The answer is HAMi's (hami-protocol §5.4, §9 item 10):
   unless the container sets ``CUDA_DISABLE_CONTROL``;
 * and, ours: a read-only limits file (``KEY=VALUE`` lines, the same values as the env) mounted at
   ``/etc/vgpu/limits``, where ``libvgpu.so`` reads it first, so a scrubbed environment cannot drop a limit.
+  It always names the core policy and the task priority (``default`` and 1 unless the allocation says
+  otherwise): with the file in place the interposer takes those two from it alone, and the node agent's
+  priority feedback reads the priority back from it (:func:`task_priority`), never from the container.
 
 The host-side effects (create the cache directory, write the limits file) are described by
 :class:`ContainerAllocation` and performed by the caller (``hami_common.staging.write_host_files``).
@@ -35,6 +38,7 @@ from hami_common.errors import InvalidInput
 from hami_common.events import PlacementDecision
 
 __all__ = [
+    "DEFAULT_TASK_PRIORITY",
     "LIMITS_CONTAINER_PATH",
     "ContainerAllocation",
     "ContainerGrant",
@@ -50,6 +54,7 @@ __all__ = [
     "from_placement",
     "is_true",
     "render_limits",
+    "task_priority",
 ]
 
 LIMITS_CONTAINER_PATH: Final = "/etc/vgpu/limits"  # native/vgpu reads it here (VGPU_LIMITS_FILE)
@@ -59,6 +64,11 @@ _TRUE_WORDS: Final = frozenset({"1", "t", "true"})  # Go's strconv.ParseBool, ca
 _SAFE_NAME: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 _CACHE_NAMESPACE: Final = uuid.UUID("6d1a2c0e-5b7f-4c3e-9a51-0f4d2b8e7c19")
 _POLICY_DEFAULT: Final = frozenset({"", "default"})
+_POLICY_DEFAULT_WORD: Final = "default"
+_INTEGER: Final = re.compile(r"[+-]?[0-9]+")  # what the interposer's strtol accepts, without Python's "1_0"
+_INT_MIN: Final = -(2**31)
+_INT_MAX: Final = 2**31 - 1
+DEFAULT_TASK_PRIORITY: Final = 1  # HAMi-core's CUDA_TASK_PRIORITY when none is given: the least important
 _POLICY_DISABLE: Final = "disable"
 
 
@@ -236,8 +246,27 @@ def _envs(grant: ContainerGrant, config: NodeAllocationConfig, cache_file: str) 
 
 
 def render_limits(envs: Mapping[str, str]) -> str:
-    """The limits file: every value the interposer reads, one sorted ``KEY=VALUE`` line each."""
-    return "".join(f"{k}={v}\n" for k, v in sorted(envs.items()) if k != envvars.NVIDIA_VISIBLE_DEVICES)
+    """The limits file: every value the interposer reads, one sorted ``KEY=VALUE`` line each, plus the two
+    keys the file pins even where the environment leaves them unset (core policy, task priority)."""
+    pinned = {
+        envvars.GPU_CORE_UTILIZATION_POLICY: _POLICY_DEFAULT_WORD,
+        envvars.CUDA_TASK_PRIORITY: str(DEFAULT_TASK_PRIORITY),
+    }
+    values = {**pinned, **envs}
+    return "".join(f"{k}={v}\n" for k, v in sorted(values.items()) if k != envvars.NVIDIA_VISIBLE_DEVICES)
+
+
+def task_priority(limits_content: str) -> int:
+    """The container's allocated priority from its limits file, read as ``libvgpu.so`` reads it: trimmed
+    ``KEY=VALUE`` lines, the last occurrence wins; absent or not an integer means the default (1)."""
+    value = ""
+    for line in limits_content.splitlines():
+        key, sep, text = line.partition("=")
+        if sep and key.strip() == envvars.CUDA_TASK_PRIORITY:
+            value = text.strip()
+    if not _INTEGER.fullmatch(value) or not _INT_MIN <= (number := int(value)) <= _INT_MAX:
+        return DEFAULT_TASK_PRIORITY
+    return number
 
 
 def build_container(pod_uid: str, grant: ContainerGrant, config: NodeAllocationConfig) -> ContainerAllocation:

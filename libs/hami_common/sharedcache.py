@@ -12,13 +12,19 @@ longer is *oversized*, one without the magic or with impossible counts is *corru
 :class:`~hami_common.errors.InvalidInput`. The 2026 interim layout that still says 1.1 but moved every field by
 32 bytes is recognised by its size and refused rather than misread.
 
+The files live in folders the containers write, so they are opened as untrusted: never through a symbolic
+link, never waiting on a FIFO, and only a regular file is read or written (:func:`open_regular`); anything
+else raises :class:`~hami_common.errors.InvalidInput` like a corrupt file.
+
 Sums follow HAMi's monitor: they skip slots whose ``status`` is 0 (exited, awaiting compaction). A v1.2 slot is
 read under its seqlock (retried while odd or changing); a slot left odd by a killed writer is taken as read.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,6 +49,7 @@ __all__ = [
     "SharedCache",
     "decode_shared_cache",
     "layout_of",
+    "open_regular",
     "read_shared_cache",
     "write_feedback",
 ]
@@ -299,12 +306,52 @@ def decode_shared_cache(data: bytes) -> SharedCache:
     return _decode(lambda offset, length: bytes(view[offset : offset + length]), len(data))
 
 
+_KINDS: Final = (
+    (stat.S_ISLNK, "a symbolic link"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+)
+
+
+def _not_regular(path: Path | str, mode: int) -> InvalidInput:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a plain file")
+    return InvalidInput(f"{path} is {kind}, not a regular file: not read")
+
+
+def open_regular(path: Path | str, flags: int) -> tuple[int, int]:
+    """Open a file in a folder a tenant writes: returns ``(fd, size)`` of a regular file, else raises
+    :class:`InvalidInput`. ``lstat`` first, so a device node or FIFO is never even opened; then
+    ``O_NOFOLLOW`` (a link swapped in meanwhile fails instead of being followed) and ``O_NONBLOCK`` (a FIFO
+    swapped in cannot block the open), and ``fstat`` decides on what was really opened."""
+    mode = os.lstat(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise _not_regular(path, mode)
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise _not_regular(path, stat.S_IFLNK) from err
+        raise
+    try:
+        info = os.fstat(fd)
+    except OSError:
+        os.close(fd)
+        raise
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise _not_regular(path, info.st_mode)
+    return fd, info.st_size
+
+
 def read_shared_cache(path: Path | str) -> SharedCache:
     """Read a live file with positioned reads of the parts in use, never mapping it (a file truncated under a
-    mapping would kill the reader with SIGBUS). Blocking: call it through ``asyncio.to_thread``."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    mapping would kill the reader with SIGBUS). Every read has a fixed length within the size the layout
+    allows. Blocking: call it through ``asyncio.to_thread``."""
+    fd, size = open_regular(path, os.O_RDONLY)
     try:
-        size = os.fstat(fd).st_size
         return _decode(lambda offset, length: os.pread(fd, length, offset), size)
     finally:
         os.close(fd)
@@ -319,12 +366,12 @@ def write_feedback(
 ) -> None:
     """Write the fields HAMi's monitor owns back into a live file (4-byte aligned stores, nothing else).
 
-    The file's header is checked again first, so a file replaced by something else is never written into.
+    The file's header is checked again first, so a file replaced by something else is never written into,
+    and a symbolic link is never followed (the feedback would land in its target).
     Blocking: call it through ``asyncio.to_thread``.
     """
-    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    fd, size = open_regular(path, os.O_RDWR)
     try:
-        size = os.fstat(fd).st_size
         layout, _, _, _ = layout_of(os.pread(fd, HEADER_SIZE, 0), size)
         for offset, value in (
             (layout.recent_kernel, recent_kernel),

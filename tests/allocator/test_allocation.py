@@ -15,6 +15,7 @@ from hami_common.allocation import (
     from_annotation,
     from_placement,
     is_true,
+    task_priority,
 )
 from hami_common.annotations import decode_pod_devices
 from hami_common.errors import InvalidInput
@@ -67,8 +68,41 @@ def test_limits_file_repeats_the_environment_as_key_value_lines() -> None:
     answer = build_container(UID, grant(("GPU-aaa", 3000, 50), priority=0), CONFIG)
     lines = dict(line.split("=", 1) for line in answer.limits_content.splitlines())
     envs = answer.response.envs
-    assert lines == {k: v for k, v in envs.items() if k != envvars.NVIDIA_VISIBLE_DEVICES}
+    assert lines.items() >= {(k, v) for k, v in envs.items() if k != envvars.NVIDIA_VISIBLE_DEVICES}
     assert lines[envvars.CUDA_TASK_PRIORITY] == "0"
+    assert task_priority(answer.limits_content) == 0
+
+
+@pytest.mark.parametrize(
+    ("config", "policy"),
+    [
+        pytest.param(CONFIG, "default", id="a node without a core policy pins default in the file"),
+        pytest.param(NodeAllocationConfig(core_policy="force"), "force", id="the node's force policy is pinned"),
+        pytest.param(NodeAllocationConfig(disable_core_limit=True), "disable", id="a disabled core limit is pinned"),
+    ],
+)
+def test_limits_file_pins_policy_and_priority_the_environment_leaves_unset(
+    config: NodeAllocationConfig, policy: str
+) -> None:
+    answer = build_container(UID, grant(("GPU-aaa", 3000, 10)), config)
+    lines = dict(line.split("=", 1) for line in answer.limits_content.splitlines())
+    assert lines[envvars.GPU_CORE_UTILIZATION_POLICY] == policy
+    assert lines[envvars.CUDA_TASK_PRIORITY] == "1"
+    assert envvars.CUDA_TASK_PRIORITY not in answer.response.envs  # the env stays HAMi's
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        pytest.param("CUDA_TASK_PRIORITY=0\n", 0, id="the written priority"),
+        pytest.param(" CUDA_TASK_PRIORITY = 0 \nCUDA_TASK_PRIORITY=1\n", 1, id="trimmed, the last one wins"),
+        pytest.param("CUDA_DEVICE_SM_LIMIT=10\n", 1, id="absent means the default"),
+        pytest.param("CUDA_TASK_PRIORITY=1_0\n", 1, id="not an integer means the default"),
+        pytest.param("CUDA_TASK_PRIORITY=-99999999999\n", 1, id="outside int means the default"),
+    ],
+)
+def test_task_priority_is_read_back_as_the_interposer_reads_it(content: str, expected: int) -> None:
+    assert task_priority(content) == expected
 
 
 @pytest.mark.parametrize(

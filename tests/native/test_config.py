@@ -87,3 +87,35 @@ def test_unknown_policy_and_log_level_are_reported_not_fatal(probe: Probe, value
     assert run.one("launch").rc == 0
     assert len(run.log_lines("ignoring GPU_CORE_UTILIZATION_POLICY")) == 1
     assert len(run.log_lines("ignoring LIBCUDA_LOG_LEVEL")) == 1
+
+
+@pytest.mark.parametrize(
+    ("file_text", "expected"),
+    [
+        pytest.param("CUDA_TASK_PRIORITY=1\n", 1, id="the file's priority beats the environment's"),
+        pytest.param("CUDA_DEVICE_MEMORY_LIMIT=1g\n", 1, id="a file without a priority means the default, never env"),
+    ],
+)
+def test_environment_cannot_raise_the_priority_the_limits_file_sets(
+    probe: Probe, cache: Path, file_text: str, expected: int
+) -> None:
+    env = {**_limits_file(cache, file_text), "CUDA_TASK_PRIORITY": "0"}
+    probe.run("init", env=env)
+    assert spec.read_cache(cache).priority == expected
+
+
+def test_unreadable_limits_file_grants_no_gpu_memory(probe: Probe, cache: Path) -> None:
+    broken = cache.with_name("limits")
+    broken.mkdir()  # exists, but reading it fails (EISDIR): a mode-0400 file is readable by root, this is not
+    env = {"VGPU_LIMITS_FILE": str(broken), "CUDA_DEVICE_MEMORY_LIMIT": "8g"}
+    run = probe.run("init", "alloc:64m", "meminfo", env=env)
+    assert run.one("alloc").rc == OOM
+    assert run.one("meminfo").num("total") < 64 * 1024 * 1024
+    assert len(run.log_lines("cannot be read")) == 1
+
+
+def test_garbage_memory_limit_in_the_limits_file_grants_no_gpu_memory(probe: Probe, cache: Path) -> None:
+    env = {**_limits_file(cache, "CUDA_DEVICE_MEMORY_LIMIT=lots\n"), "CUDA_DEVICE_MEMORY_LIMIT": "8g"}
+    run = probe.run("init", "alloc:64m", env=env)
+    assert run.one("alloc").rc == OOM
+    assert len(run.log_lines("CUDA_DEVICE_MEMORY_LIMIT")) >= 1

@@ -59,6 +59,25 @@ def test_disable_policy_never_throttles(plain_probe: Probe) -> None:
     assert min(_blocks(free)) > 100 * max(_blocks(throttled)), (_blocks(free), _blocks(throttled))
 
 
+@pytest.mark.parametrize(
+    "file_text",
+    [
+        pytest.param("CUDA_DEVICE_SM_LIMIT=10\n", id="the file sets the limit and says nothing of the policy"),
+        pytest.param("CUDA_DEVICE_SM_LIMIT=10\nGPU_CORE_UTILIZATION_POLICY=default\n", id="the file pins default"),
+    ],
+)
+def test_environment_cannot_switch_off_the_sm_limit_of_the_limits_file(
+    plain_probe: Probe, cache: Path, file_text: str
+) -> None:
+    limits = cache.with_name("limits")
+    limits.write_text(file_text)
+    tenant = {**_throttled(100, "disable", util="100"), "VGPU_LIMITS_FILE": str(limits)}
+    pinned = plain_probe.run("init", f"windows:3:{WINDOW_MS}:100", env=tenant)
+    free = plain_probe.run("init", f"windows:3:{WINDOW_MS}:100", env=_throttled(10, "disable", util="100"))
+    assert 100 * max(_blocks(pinned)) < min(_blocks(free)), (_blocks(pinned), _blocks(free))
+    assert _blocks(pinned)[-1] <= 2 * FLOOR_PER_WINDOW, _blocks(pinned)
+
+
 def test_no_sm_limit_means_no_throttling(plain_probe: Probe) -> None:
     run = plain_probe.run("init", f"windows:2:{WINDOW_MS}:100", env=_throttled(100, util="100"))
     assert min(_blocks(run)) > 100 * CAPACITY * WINDOW_MS / 1000 / 100

@@ -160,3 +160,20 @@ def test_feedback_is_never_written_into_a_file_that_is_no_cache(tmp_path: Path) 
     with pytest.raises(InvalidInput, match="magic"):
         write_feedback(path, recent_kernel=0)
     assert path.read_bytes() == bytes(V1.size + 1)
+
+
+def test_symlinked_file_is_neither_read_nor_written_through(tmp_path: Path) -> None:
+    target = write_cache(tmp_path / "outside" / "victim.cache", TWO_PROCS)
+    link = tmp_path / "e.cache"
+    link.symlink_to(target)
+    with pytest.raises(InvalidInput, match="symbolic link"):
+        read_shared_cache(link)
+    with pytest.raises(InvalidInput, match="symbolic link"):
+        write_feedback(link, recent_kernel=-1)
+    assert target.read_bytes() == GOOD
+
+
+def test_directory_named_like_a_cache_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f.cache").mkdir()
+    with pytest.raises(InvalidInput, match="directory"):
+        read_shared_cache(tmp_path / "f.cache")

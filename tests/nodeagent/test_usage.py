@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import os
@@ -159,11 +160,121 @@ async def test_feedback_is_written_back_into_the_cache_files(
     hi_uid = await create_pod(kube, "urgent")
     lo_uid = await create_pod(kube, "batch")
     await eventually(lambda: pods.get(hi_uid) and pods.get(lo_uid), what="pods in the watch")
-    hi = write_cache(tmp_path / f"{hi_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=0))
-    lo = write_cache(tmp_path / f"{lo_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=1))
-    await _monitor(tmp_path, inventory_file, pods, Recorder()).scan()
+    root, limits = tmp_path / "containers", _limits_dir(tmp_path, {f"{hi_uid}_main": 0, f"{lo_uid}_main": 1})
+    hi = write_cache(root / f"{hi_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=0))
+    lo = write_cache(root / f"{lo_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=1))
+    await _monitor(root, inventory_file, pods, Recorder(), limits_root=limits).scan()
     urgent, batch = read_shared_cache(hi), read_shared_cache(lo)
     assert (urgent.recent_kernel, urgent.utilization_switch) == (1, 0)
     assert (batch.recent_kernel, batch.utilization_switch) == (-1, 1)
-    await _monitor(tmp_path, inventory_file, pods, Recorder(), feedback=False).scan()
+    await _monitor(root, inventory_file, pods, Recorder(), feedback=False, limits_root=limits).scan()
     assert read_shared_cache(hi).recent_kernel == 1  # feedback off: nothing written
+
+
+def _limits_dir(tmp_path: Path, priorities: dict[str, int]) -> Path:
+    """The containers' read-only limits files as staging writes them, with their allocated priorities."""
+    limits = tmp_path / "limits"
+    limits.mkdir()
+    for slot, priority in priorities.items():
+        (limits / slot).write_text(f"CUDA_DEVICE_SM_LIMIT=30\nCUDA_TASK_PRIORITY={priority}\n")
+    return limits
+
+
+@pytest.mark.parametrize(
+    ("claimed", "allocated", "neighbour_blocked"),
+    [
+        pytest.param(0, 1, False, id="a container claiming high priority in its cache file is treated as allocated"),
+        pytest.param(1, 0, True, id="a container allocated high priority keeps it whatever its cache file says"),
+    ],
+)
+async def test_feedback_takes_priority_from_the_allocation_never_from_the_cache_file(
+    kube: KubeClient, pods: PodIndex, tmp_path: Path, inventory_file: Path, claimed: int, allocated: int,
+    neighbour_blocked: bool,
+) -> None:  # fmt: skip
+    claimant_uid = await create_pod(kube, "claimant")
+    neighbour_uid = await create_pod(kube, "neighbour")
+    await eventually(lambda: pods.get(claimant_uid) and pods.get(neighbour_uid), what="pods in the watch")
+    root = tmp_path / "containers"
+    limits = _limits_dir(tmp_path, {f"{claimant_uid}_main": allocated, f"{neighbour_uid}_main": 1})
+    # The claimant's process ran with CUDA_TASK_PRIORITY=<claimed> in its env (or rewrote its own cache file).
+    write_cache(root / f"{claimant_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=claimed))
+    neighbour = write_cache(root / f"{neighbour_uid}_main" / "x.cache", dataclasses.replace(CACHE, priority=1))
+    publisher = Recorder()
+    await _monitor(root, inventory_file, pods, publisher, limits_root=limits).scan()
+    assert (read_shared_cache(neighbour).recent_kernel == -1) is neighbour_blocked
+    reported = {r.pod: r.priority for r in _reports(publisher)}
+    assert reported == {"claimant": allocated, "neighbour": 1}
+
+
+async def test_fifo_and_symlink_cache_files_are_skipped_and_the_other_containers_still_reported(
+    kube: KubeClient, pods: PodIndex, tmp_path: Path, inventory_file: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    uid = await create_pod(kube, "hostile", containers=("fifo", "link", "good"))
+    await eventually(lambda: pods.get(uid), what="pod in the watch")
+    root = tmp_path / "containers"
+    (root / f"{uid}_fifo").mkdir(parents=True)
+    fifo = root / f"{uid}_fifo" / "0.cache"
+    os.mkfifo(fifo)  # no writer: a blocking open would wait for ever
+    outside = write_cache(tmp_path / "elsewhere" / "victim.cache", CACHE)  # a live file the tenant cannot reach
+    before = outside.read_bytes()
+    (root / f"{uid}_link").mkdir()
+    (root / f"{uid}_link" / "0.cache").symlink_to(outside)
+    write_cache(root / f"{uid}_good" / "0.cache", CACHE)
+    publisher = Recorder()
+    monitor = _monitor(root, inventory_file, pods, publisher)
+    try:
+        with caplog.at_level(logging.WARNING, logger="hami_nodeagent.usage"):
+            async with asyncio.timeout(30):  # a deadline for the old, blocking open, not a timing assertion
+                await monitor.scan()
+                lines = [r.getMessage() for r in caplog.records if r.name == "hami_nodeagent.usage"]
+                caplog.clear()
+                await monitor.scan()  # the same entries again: no new lines, the good file still reported
+                again = [r.getMessage() for r in caplog.records if r.name == "hami_nodeagent.usage"]
+    finally:
+        _release_fifo_reader(fifo)
+    assert len(lines) == 2
+    assert any("FIFO" in line for line in lines)
+    assert any("symbolic link" in line for line in lines)
+    assert again == []
+    assert [r.container for r in _reports(publisher)] == ["good", "good"]
+    assert outside.read_bytes() == before  # no feedback written through the link
+
+
+async def test_feedback_is_never_written_through_a_symlinked_cache_file(
+    kube: KubeClient, pods: PodIndex, tmp_path: Path, inventory_file: Path
+) -> None:
+    uid = await create_pod(kube, "pointer", containers=("link", "good"))
+    await eventually(lambda: pods.get(uid), what="pod in the watch")
+    root = tmp_path / "containers"
+    outside = write_cache(tmp_path / "elsewhere" / "victim.cache", CACHE)  # recent_kernel 2: feedback would write
+    before = outside.read_bytes()
+    (root / f"{uid}_link").mkdir(parents=True)
+    (root / f"{uid}_link" / "0.cache").symlink_to(outside)
+    good = write_cache(root / f"{uid}_good" / "0.cache", CACHE)
+    publisher = Recorder()
+    await _monitor(root, inventory_file, pods, publisher).scan()
+    assert outside.read_bytes() == before
+    assert [r.container for r in _reports(publisher)] == ["good"]
+    assert read_shared_cache(good).recent_kernel == 1  # the real file still gets its feedback
+
+
+async def test_fifo_named_like_a_cache_file_does_not_hide_the_real_one(
+    kube: KubeClient, pods: PodIndex, tmp_path: Path, inventory_file: Path
+) -> None:
+    uid = await create_pod(kube, "decoy")
+    await eventually(lambda: pods.get(uid), what="pod in the watch")
+    real = write_cache(tmp_path / f"{uid}_main" / "1.cache", CACHE)
+    os.mkfifo(real.with_name("0.cache"))
+    publisher = Recorder()
+    try:
+        async with asyncio.timeout(30):  # a deadline for the old, blocking open, not a timing assertion
+            await _monitor(tmp_path, inventory_file, pods, publisher).scan()
+    finally:
+        _release_fifo_reader(real.with_name("0.cache"))
+    assert [(r.container, r.used_bytes) for r in _reports(publisher)] == [("main", 500 * MIB)]
+
+
+def _release_fifo_reader(fifo: Path) -> None:
+    """Open the FIFO's write end without blocking, so a reader stuck in open() (the old code) returns."""
+    with contextlib.suppress(OSError):  # ENXIO: nobody is reading, as it should be
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))

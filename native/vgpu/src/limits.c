@@ -2,9 +2,13 @@
  * Limits come from HAMi's environment variables and from a read-only limits file with the same keys
  * (KEY=VALUE per line). The file wins: when it sets a key, the environment's value for that key is
  * ignored, and when it sets any memory (or SM) limit, every memory (or SM) key of the environment is
- * ignored, so neither a scrubbed nor an extended environment can loosen what the file says.
- * Garbage values are reported once (config is loaded once per process) and treated as if the key were
- * absent; README.md documents the resulting fallbacks.
+ * ignored, so neither a scrubbed nor an extended environment can loosen what the file says. The keys
+ * that decide how the SM limit and the monitor's blocking apply (GPU_CORE_UTILIZATION_POLICY) and who is
+ * blocked (CUDA_TASK_PRIORITY) are pinned: when a file exists, the environment never sets them, and the
+ * file's silence means the default. A file that exists but cannot be read, or gives a memory limit that
+ * is not a size, grants no GPU memory: a broken file must never read as "no limit".
+ * Other garbage values are reported once (config is loaded once per process) and treated as if the key
+ * were absent; README.md documents the resulting fallbacks.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -25,6 +29,9 @@
 #define SM_KEY "CUDA_DEVICE_SM_LIMIT"
 
 enum { MAX_FILE_KEYS = 64, MAX_LINE = 600 };
+/* The limit of a device the file failed to describe: one byte, which no real allocation fits in (0 would
+ * mean "unlimited"). Recorded in the shared cache too, so the container's other processes enforce it. */
+#define NO_MEMORY ((uint64_t)1)
 
 struct file_entry {
     char key[64];
@@ -34,6 +41,8 @@ struct file_entry {
 struct settings {
     struct file_entry entries[MAX_FILE_KEYS];
     int count;
+    bool file_present;  /* a limits file exists (read or not): the environment no longer sets pinned keys */
+    bool file_broken;   /* it exists but could not be read: no GPU memory */
     bool file_has_mem, file_has_sm;
 };
 
@@ -49,9 +58,11 @@ static char *trim(char *s) {
 }
 
 /* The path is fixed at build time. VGPU_LIMITS_FILE in the environment is honoured only when that
- * file does not exist (tests, hosts without the allocator), so it cannot be used to dodge the file. */
+ * file does not exist (tests, hosts without the allocator), so it cannot be used to dodge the file.
+ * Any other failure (a parent folder made unsearchable) counts as a file that exists: reading it will
+ * fail, and that fails closed. */
 static const char *limits_file_path(void) {
-    if (access(VGPU_LIMITS_FILE, F_OK) == 0)
+    if (access(VGPU_LIMITS_FILE, F_OK) == 0 || errno != ENOENT)
         return VGPU_LIMITS_FILE;
     const char *env = getenv("VGPU_LIMITS_FILE");
     return (env && *env) ? env : NULL;
@@ -69,6 +80,14 @@ static void add_entry(struct settings *st, const char *key, const char *value, c
     st->file_has_sm |= strncmp(key, SM_KEY, strlen(SM_KEY)) == 0;
 }
 
+static void file_unreadable(struct settings *st, const char *path, int err) {
+    st->file_broken = true;
+    st->count = 0; /* half a file is no file: nothing it said so far is trusted either */
+    st->file_has_mem = st->file_has_sm = false;
+    vgpu_log(VGPU_LOG_ERROR, "limits file %s exists but cannot be read (%s): no GPU memory is granted", path,
+             strerror(err));
+}
+
 static void load_file(struct settings *st) {
     const char *path = limits_file_path();
     if (!path)
@@ -76,13 +95,14 @@ static void load_file(struct settings *st) {
     FILE *f = fopen(path, "re");
     if (!f && errno == ENOENT)
         return; /* no file: the environment alone */
+    st->file_present = true;
     if (!f) {
-        vgpu_log(VGPU_LOG_WARN, "limits file %s unreadable (%s); using the environment", path, strerror(errno));
+        file_unreadable(st, path, errno);
         return;
     }
     char line[MAX_LINE];
     int lineno = 0;
-    while (fgets(line, sizeof line, f)) {
+    while (errno = 0, fgets(line, sizeof line, f)) {
         lineno++;
         char *s = trim(line);
         if (*s == '\0' || *s == '#')
@@ -95,6 +115,8 @@ static void load_file(struct settings *st) {
         *eq = '\0';
         add_entry(st, trim(s), trim(eq + 1), path, lineno);
     }
+    if (ferror(f)) /* e.g. EISDIR: a directory opens, but does not read */
+        file_unreadable(st, path, errno ? errno : EIO);
     fclose(f);
 }
 
@@ -105,9 +127,11 @@ static const char *from_file(const struct settings *st, const char *key) {
     return NULL;
 }
 
-static const char *setting(const struct settings *st, const char *key, bool family_in_file) {
+/* The file's value of key; the environment's only where env_may_set (the file is silent on the key's
+ * whole family, or, for a pinned key, no file exists). */
+static const char *setting(const struct settings *st, const char *key, bool env_may_set) {
     const char *v = from_file(st, key);
-    if (v || family_in_file)
+    if (v || !env_may_set)
         return v;
     return getenv(key);
 }
@@ -156,30 +180,42 @@ static bool parse_int(const char *text, long lo, long hi, long *out) {
     return true;
 }
 
-static bool size_setting(const struct settings *st, const char *key, bool family, uint64_t *out) {
-    const char *v = setting(st, key, family);
+/* A size from the file or the environment. Garbage from the environment is ignored (as if absent);
+ * garbage from the file is the file's own limit gone unreadable, so it becomes NO_MEMORY. */
+static bool size_setting(const struct settings *st, const char *key, uint64_t *out) {
+    const char *v = setting(st, key, !st->file_has_mem);
     if (!v || !*v)
         return false;
     if (vgpu_parse_size(v, out))
         return true;
+    if (from_file(st, key) == v) {
+        vgpu_log(VGPU_LOG_ERROR, "limits file: %s=\"%s\" is not a size: no GPU memory is granted", key, v);
+        *out = NO_MEMORY;
+        return true;
+    }
     vgpu_log(VGPU_LOG_WARN, "ignoring %s=\"%s\": not a size (digits with optional k/m/g)", key, v);
     return false;
 }
 
 static void load_memory_limits(const struct settings *st, struct vgpu_config *cfg) {
+    if (st->file_broken) {
+        for (int i = 0; i < VGPU_MAX_DEVICES; i++)
+            cfg->mem_limit[i] = NO_MEMORY;
+        return;
+    }
     uint64_t global = 0;
-    if (!size_setting(st, MEM_KEY, st->file_has_mem, &global))
+    if (!size_setting(st, MEM_KEY, &global))
         global = 0; /* absent or garbage: no limit unless a per-device key says otherwise */
     for (int i = 0; i < VGPU_MAX_DEVICES; i++) {
         char key[64];
         snprintf(key, sizeof key, MEM_KEY "_%d", i);
         uint64_t v;
-        cfg->mem_limit[i] = size_setting(st, key, st->file_has_mem, &v) ? v : global;
+        cfg->mem_limit[i] = size_setting(st, key, &v) ? v : global;
     }
 }
 
 static bool sm_setting(const struct settings *st, const char *key, uint64_t *out) {
-    const char *v = setting(st, key, st->file_has_sm);
+    const char *v = setting(st, key, !st->file_has_sm);
     if (!v || !*v)
         return false;
     long pct;
@@ -206,7 +242,9 @@ static void load_sm_limits(const struct settings *st, struct vgpu_config *cfg) {
 }
 
 static void load_misc(const struct settings *st, struct vgpu_config *cfg) {
-    const char *v = setting(st, "CUDA_TASK_PRIORITY", false);
+    /* Pinned: a tenant who could pick its own priority would block every other container on its GPUs,
+     * and one who could pick "disable" would run past its SM limit and ignore the monitor's blocking. */
+    const char *v = setting(st, "CUDA_TASK_PRIORITY", !st->file_present);
     long prio = 1;
     if (v && *v && !parse_int(v, INT_MIN, INT_MAX, &prio)) {
         vgpu_log(VGPU_LOG_WARN, "ignoring CUDA_TASK_PRIORITY=\"%s\": not an integer; using 1", v);
@@ -214,7 +252,7 @@ static void load_misc(const struct settings *st, struct vgpu_config *cfg) {
     }
     cfg->priority = (int)prio;
 
-    v = setting(st, "GPU_CORE_UTILIZATION_POLICY", false);
+    v = setting(st, "GPU_CORE_UTILIZATION_POLICY", !st->file_present);
     cfg->policy = VGPU_POLICY_DEFAULT;
     if (v && strcasecmp(v, "force") == 0)
         cfg->policy = VGPU_POLICY_FORCE;
@@ -223,7 +261,7 @@ static void load_misc(const struct settings *st, struct vgpu_config *cfg) {
     else if (v && *v && strcasecmp(v, "default") != 0)
         vgpu_log(VGPU_LOG_WARN, "ignoring GPU_CORE_UTILIZATION_POLICY=\"%s\"; using default", v);
 
-    v = setting(st, "CUDA_DEVICE_MEMORY_SHARED_CACHE", false);
+    v = setting(st, "CUDA_DEVICE_MEMORY_SHARED_CACHE", true);
     if (v && *v && strlen(v) < sizeof cfg->cache_path)
         snprintf(cfg->cache_path, sizeof cfg->cache_path, "%s", v);
     else {
@@ -234,7 +272,7 @@ static void load_misc(const struct settings *st, struct vgpu_config *cfg) {
 }
 
 static void load_log_level(const struct settings *st) {
-    const char *v = setting(st, "LIBCUDA_LOG_LEVEL", false);
+    const char *v = setting(st, "LIBCUDA_LOG_LEVEL", true);
     long level;
     if (!v || !*v)
         return;

@@ -6,10 +6,15 @@ file of each with :func:`hami_common.sharedcache.read_shared_cache`, and publish
 * one :class:`UsageSample` per container and device (pods this node's watch knows);
 * one :class:`DeviceSample` per GPU with the inventory's host-wide figures.
 
-A file that is truncated, oversized or corrupt is skipped with one log line (again only when its problem
-changes) and the scan goes on. The directory of a pod that is gone is removed once it is older than
-``dir_grace`` (HAMi waits 5 minutes), and so is the pod's limits file under ``limits_root``. With
-``feedback`` on, the priority feedback of :mod:`.feedback` is written back into the files.
+A file that is truncated, oversized or corrupt, or is no regular file at all (a FIFO, a symbolic link: the
+folders are the tenants'), is skipped with one log line (again only when its problem changes) and the scan
+goes on; such a file is never followed, waited on or written into. The directory of a pod that is gone is
+removed once it is older than ``dir_grace`` (HAMi waits 5 minutes), and so is the pod's limits file under
+``limits_root``. With ``feedback`` on, the priority feedback of :mod:`.feedback` is written back into the files.
+
+A container's priority is the one its allocation gave it: ``CUDA_TASK_PRIORITY`` of its read-only limits
+file (``<limits_root>/<podUID>_<container>``, written from the placement), else the default 1. The cache
+file's ``priority`` field is the container's to write, so it decides nothing here.
 """
 
 from __future__ import annotations
@@ -19,27 +24,37 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
 from hami_common import logkeys, subjects
+from hami_common.allocation import DEFAULT_TASK_PRIORITY, task_priority
 from hami_common.errors import HamiError, InvalidInput
 from hami_common.events import DeviceSample, UsageSample
 from hami_common.inventory import GpuInventory
-from hami_common.sharedcache import SharedCache, read_shared_cache, write_feedback
+from hami_common.sharedcache import SharedCache, open_regular, read_shared_cache, write_feedback
 from hami_nodeagent.feedback import FeedbackInput, plan_feedback
 from hami_nodeagent.pods import PodIndex
 from hami_nodeagent.registration import Publisher
 
-__all__ = ["CACHE_SUFFIX", "CacheDir", "UsageMonitor", "find_cache_file", "parse_dir_name", "scan_containers"]
+__all__ = [
+    "CACHE_SUFFIX",
+    "CacheDir",
+    "UsageMonitor",
+    "allocated_priority",
+    "find_cache_file",
+    "parse_dir_name",
+    "scan_containers",
+]
 
 log = logging.getLogger(__name__)
 
 CACHE_SUFFIX: Final = ".cache"
 LIBRARY_NAME: Final = "libvgpu.so"  # HAMi mounts the library into the same directory
 UUID_LABEL_CHARS: Final = 40  # HAMi labels a device by the first 40 characters of the file's UUID
+MAX_LIMITS_FILE: Final = 64 * 1024  # the allocator writes a few hundred bytes
 
 
 def parse_dir_name(name: str) -> tuple[str, str] | None:
@@ -49,14 +64,35 @@ def parse_dir_name(name: str) -> tuple[str, str] | None:
 
 
 def find_cache_file(directory: Path) -> Path | None:
-    """The first ``*.cache`` file (by name) of a container directory; None before the container starts."""
+    """The first ``*.cache`` regular file (by name) of a container directory; None before the container
+    starts. A FIFO or link of that name does not hide a real file behind it; with no regular file, the first
+    other entry is returned, so reading it reports the problem."""
     try:
-        names = sorted(
-            n for n in os.listdir(directory) if n.endswith(CACHE_SUFFIX) and LIBRARY_NAME not in n and n[0] != "."
-        )
+        entries = sorted(
+            (e for e in os.scandir(directory) if e.name.endswith(CACHE_SUFFIX) and LIBRARY_NAME not in e.name
+             and e.name[0] != "."),
+            key=lambda e: e.name,
+        )  # fmt: skip
+        regular = [e for e in entries if e.is_file(follow_symlinks=False)]
     except OSError:
         return None
-    return directory / names[0] if names else None
+    chosen = (regular or entries)[:1]
+    return Path(chosen[0].path) if chosen else None
+
+
+def allocated_priority(limits_file: Path) -> int:
+    """``CUDA_TASK_PRIORITY`` of a container's limits file; the default when there is none (blocking)."""
+    try:
+        fd, _ = open_regular(limits_file, os.O_RDONLY)
+    except (InvalidInput, OSError):
+        return DEFAULT_TASK_PRIORITY
+    try:
+        data = os.read(fd, MAX_LIMITS_FILE)
+    except OSError:
+        return DEFAULT_TASK_PRIORITY
+    finally:
+        os.close(fd)
+    return task_priority(data.decode("utf-8", "replace"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +158,23 @@ class UsageMonitor:
         dirs = await asyncio.to_thread(scan_containers, self.root)
         now_ns = self.clock()
         self._report_problems(dirs)
-        await self._publish_containers(dirs, now_ns)
+        priorities = await asyncio.to_thread(self._priorities, dirs)
+        await self._publish_containers(dirs, priorities, now_ns)
         await self._publish_devices(now_ns)
         await asyncio.to_thread(self._remove_vanished, dirs, now_ns / 1e9)
         if self.feedback:
-            await asyncio.to_thread(self._feed_back, dirs)
+            await asyncio.to_thread(self._feed_back, dirs, priorities)
         return dirs
+
+    def _priorities(self, dirs: Sequence[CacheDir]) -> dict[Path, int]:
+        """Each read container's allocated priority, by its directory (blocking)."""
+        return {
+            d.path: DEFAULT_TASK_PRIORITY if self.limits_root is None else allocated_priority(
+                self.limits_root / d.path.name
+            )
+            for d in dirs
+            if d.cache is not None
+        }  # fmt: skip
 
     def _report_problems(self, dirs: Sequence[CacheDir]) -> None:
         seen: dict[Path, str] = {}
@@ -140,7 +187,7 @@ class UsageMonitor:
                 log.warning("skipping cache file %s: %s", d.file, d.problem, extra={logkeys.POD_UID: d.pod_uid})
         self._reported = seen
 
-    async def _publish_containers(self, dirs: Sequence[CacheDir], now_ns: int) -> None:
+    async def _publish_containers(self, dirs: Sequence[CacheDir], priorities: Mapping[Path, int], now_ns: int) -> None:
         subject = subjects.usage(self.node)
         for d in dirs:
             pod = self.pods.get(d.pod_uid)
@@ -161,7 +208,7 @@ class UsageMonitor:
                     limit_bytes=dev.limit_bytes,
                     sm_util_percent=dev.sm_util_percent,
                     core_limit_percent=dev.sm_limit_percent,
-                    priority=cache.priority,
+                    priority=priorities.get(d.path, DEFAULT_TASK_PRIORITY),
                     at_ns=now_ns,
                     vdevice_index=dev.index,
                     context_bytes=dev.context_bytes,
@@ -219,12 +266,12 @@ class UsageMonitor:
             except OSError:
                 continue  # gone meanwhile, or a directory: not ours
 
-    def _feed_back(self, dirs: Sequence[CacheDir]) -> None:
+    def _feed_back(self, dirs: Sequence[CacheDir], priorities: Mapping[Path, int]) -> None:
         files = {str(d.file): d for d in dirs if d.file is not None and d.cache is not None}
         inputs = [
             FeedbackInput(
                 key=key,
-                priority=d.cache.priority,
+                priority=priorities.get(d.path, DEFAULT_TASK_PRIORITY),
                 recent_kernel=d.cache.recent_kernel,
                 utilization_switch=d.cache.utilization_switch,
                 device_uuids=tuple(dev.uuid[:UUID_LABEL_CHARS] for dev in d.cache.devices if dev.uuid),
