@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# One image for every service (hami-webhook, hami-extender, hami-allocator, hami-nodeagent, hami-metrics,
+# One image for every service (hami-webhook, hami-extender, hami-allocator, hami-nodeagent, hami-metrics, hami-natsauth,
 # hami) and libvgpu.so. Build: docker build -t hami-py:dev .
 ARG PYTHON_IMAGE=python:3.12-slim-bookworm
 

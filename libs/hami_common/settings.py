@@ -154,5 +154,10 @@ class BusSettings:
     nats_user: str = setting("", "NATS user name (empty: no authentication, local development only)")
     nats_password: str = setting("", "NATS password")
     nats_creds: str = setting("", "path of a NATS credentials file (takes precedence over user/password)")
+    nats_token_file: str = setting(
+        "", "path of a token sent to NATS on every (re)connect, re-read each time (a rotating service-account token)"
+    )
+    nats_ca_file: str = setting("", "CA bundle that verifies the NATS server's certificate (set: TLS is required)")
+    nats_identity: str = setting("", "who this connection is to NATS; its replies come on that identity's inbox")
     nats_connect_timeout: float = setting(2.0, "seconds to wait for each connection attempt")
     service_name: str = setting("hami", "name this process reports to NATS and tracing")

@@ -15,12 +15,16 @@ __all__ = [
     "ADMISSION",
     "ALL",
     "ALLOCATED",
+    "AUTH_CALLOUT",
     "INVENTORY",
+    "JS_ACK",
+    "JS_API",
     "PLACEMENT",
     "PLACEMENT_STREAM",
     "USAGE",
     "admission",
     "allocated",
+    "inbox_prefix",
     "inventory",
     "node_from_token",
     "placement",
@@ -38,6 +42,12 @@ USAGE: Final = "hami.usage"
 ALL: Final = "hami.>"
 
 PLACEMENT_STREAM: Final = "HAMI_PLACEMENT"
+# JetStream's own subjects: its API, and the reply subjects a consumer's acknowledgements go to.
+JS_API: Final = "$JS.API"
+JS_ACK: Final = "$JS.ACK"
+# Where nats-server asks the auth callout to authorize a connection (nats-server's own name for it).
+AUTH_CALLOUT: Final = "$SYS.REQ.USER.AUTH"
+_INBOX_PREFIX: Final = "_INBOX_"  # nats-py's default is "_INBOX"; each identity gets its own below
 _PLACEMENT_CONSUMER_PREFIX: Final = "nodeagent-"
 
 # RFC 1123 subdomain: what Kubernetes allows for node names and namespaces.
@@ -84,3 +94,13 @@ def wildcard(prefix: str) -> str:
 def placement_consumer(node: str) -> str:
     """The durable consumer a node agent reads its placements through; survives agent restarts."""
     return _PLACEMENT_CONSUMER_PREFIX + subject_token(node).replace(_DOT_STANDIN, "_")
+
+
+def inbox_prefix(identity: str) -> str:
+    """The private reply-subject prefix of one NATS identity (a service, or ``node-<node name>``).
+
+    NATS lets each user subscribe only below its own prefix, so no one reads another's replies; the
+    identity is one token (dots mapped as in :func:`subject_token`), so ``node-a`` never prefixes
+    ``node-a.b``'s inbox.
+    """
+    return _INBOX_PREFIX + subject_token(identity)

@@ -9,29 +9,45 @@ import subprocess
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from hami_common.bus import find_nats_server
 from tests.deploy.manifests import DEPLOY
 
-__all__ = ["NATS_CONF", "nats_config_users", "running_nats"]
+__all__ = ["ISSUER_VARIABLE", "NATS_CONF", "NatsSecrets", "nats_config_users", "running_nats"]
 
 NATS_CONF: Final = DEPLOY / "kustomize" / "base" / "nats" / "nats.conf"
 _READY_S: Final = 30.0
+ISSUER_VARIABLE: Final = "NATS_CALLOUT_ISSUER"  # nats.conf: auth_callout.issuer
 
 
 def nats_config_users() -> dict[str, str]:
     """user -> the environment variable its password comes from, as nats.conf declares them."""
-    return dict(re.findall(r"user:\s*(\w+)\s*\n\s*password:\s*\$(\w+)", NATS_CONF.read_text()))
+    return dict(re.findall(r"user:\s*(\w+)\s*,?\s*password:\s*\$(\w+)", NATS_CONF.read_text()))
+
+
+@dataclass(frozen=True, slots=True)
+class NatsSecrets:
+    """What the StatefulSet's Secrets give nats-server: the passwords, the callout's issuer, the TLS pair."""
+
+    passwords: Mapping[str, str]
+    issuer: str
+    cert: Path
+    key: Path
 
 
 @contextmanager
-def running_nats(workdir: Path, passwords: Mapping[str, str], args: list[str]) -> Iterator[str]:
-    """nats-server with the deployed config, the StatefulSet's ``args`` (ports and store moved into
-    ``workdir``) and the passwords in its environment; yields the client URL."""
-    kept = [a for a in args if not a.startswith(("--config=", "--port=", "--http_port=", "--store_dir=", "--name="))]
-    env = {**os.environ, **{variable: passwords[user] for user, variable in nats_config_users().items()}}
+def running_nats(workdir: Path, secrets: NatsSecrets, args: list[str]) -> Iterator[str]:
+    """nats-server with the deployed config, the StatefulSet's ``args`` (ports, store and certificate files
+    moved into ``workdir`` and ``secrets``) and the Secrets' values in its environment; yields the client URL."""
+    moved = ("--config=", "--port=", "--http_port=", "--store_dir=", "--name=", "--tlscert=", "--tlskey=")
+    kept = [a for a in args if not a.startswith(moved)]
+    if "--tls" in kept:
+        kept += ["--tlscert", str(secrets.cert), "--tlskey", str(secrets.key)]
+    env = {**os.environ, **{variable: secrets.passwords[user] for user, variable in nats_config_users().items()}}
+    env[ISSUER_VARIABLE] = secrets.issuer
     ports_dir = workdir / "ports"
     ports_dir.mkdir(parents=True)
     command = [find_nats_server(), "--config", str(NATS_CONF), *kept, "--addr", "127.0.0.1", "--port", "-1"]

@@ -11,10 +11,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import TracebackType
 from typing import Final, TypeVar
 
@@ -28,7 +30,7 @@ from nats.aio.subscription import Subscription as NatsSubscription
 from nats.js import api as js_api
 from opentelemetry.context import Context
 
-from hami_common import spans
+from hami_common import spans, subjects
 from hami_common.bus._streams import ConsumerSpec, StreamSpec
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.settings import BusSettings
@@ -124,7 +126,12 @@ class Bus:
                         name=settings.service_name,
                         user=settings.nats_user or None,
                         password=settings.nats_password or None,
+                        token=_token_reader(settings.nats_token_file) if settings.nats_token_file else None,
                         user_credentials=settings.nats_creds or None,
+                        tls=_tls_context(settings.nats_ca_file) if settings.nats_ca_file else None,
+                        inbox_prefix=(
+                            subjects.inbox_prefix(settings.nats_identity) if settings.nats_identity else "_INBOX"
+                        ),
                         connect_timeout=max(1, round(settings.nats_connect_timeout)),
                         allow_reconnect=True,
                         max_reconnect_attempts=-1,
@@ -203,6 +210,10 @@ class Bus:
         await self._js.add_consumer(
             stream,
             js_api.ConsumerConfig(
+                # With a name, nats-py sends CONSUMER.CREATE.<stream>.<name>.<filter>, and the server refuses a
+                # config whose filter is not the one in the subject: a user allowed to create only that subject
+                # cannot point its consumer at another node's placements (DURABLE.CREATE would let it).
+                name=spec.durable,
                 durable_name=spec.durable,
                 filter_subject=spec.filter_subject,
                 ack_policy=js_api.AckPolicy.EXPLICIT,
@@ -258,6 +269,32 @@ class Bus:
                 await self.sync()
             except TransientError as err:  # kept all the same: nats-py sends the SUB again on reconnect
                 log.warning("subscription to %s not confirmed yet: %s", subject, err)
+        return wrapped
+
+    async def reply(self, subject: str, answer: Callable[[bytes], Awaitable[bytes | None]]) -> Subscription:
+        """Core NATS request/reply on raw bytes (a protocol that is not ours, e.g. nats-server's auth callout):
+        ``answer`` returns the reply, or None to send none; an error it raises is logged and counted, and the
+        subscription keeps serving."""
+
+        async def on_request(msg: Msg) -> None:
+            self.stats.add("received")
+            try:
+                body = await answer(msg.data)
+            except Exception:  # the edge of a foreign protocol: one bad request must not stop the service
+                log.exception("answering a request on %s failed", msg.subject)
+                self.stats.add("failed")
+                return
+            if body is None:
+                self.stats.add("rejected")
+                return
+            self.stats.add("handled")
+            if msg.reply:
+                await self._nc.publish(msg.reply, body)
+
+        sub = await self._nc.subscribe(subject, cb=on_request)
+        wrapped = Subscription(subject, None, sub)
+        self._subs.append(wrapped)
+        await self.sync()
         return wrapped
 
     async def consume(
@@ -333,6 +370,24 @@ async def _settle(call: Awaitable[None]) -> None:
         await call
     except nats.errors.Error as err:
         log.info("could not settle a message (it will be redelivered): %s", err)
+
+
+def _token_reader(path: str) -> Callable[[], str]:
+    """The token is read at every (re)connect: the kubelet rotates a projected service-account token, and a
+    reconnect hours later must present the current one, not the one the process started with."""
+
+    def read() -> str:
+        return Path(path).read_text().strip()
+
+    read()  # a missing or unreadable file fails now, with its path, not inside nats-py's reconnect loop
+    return read
+
+
+def _tls_context(ca_file: str) -> ssl.SSLContext:
+    """Verify the server against this CA only (never the system store: the bus has its own private CA)."""
+    context = ssl.create_default_context(ssl.Purpose.SERVER_AUTH, cafile=ca_file)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    return context
 
 
 async def _log_error(err: Exception) -> None:

@@ -16,7 +16,7 @@ from typing import Final
 import nats.errors
 
 from hami_common import logkeys, subjects
-from hami_common.bus import Bus, Subscription, placement_consumer, placement_stream
+from hami_common.bus import Bus, Subscription, placement_consumer
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.events import PlacementDecision, PodEnded
 from hami_common.inventory import GpuInventory, NodeDeviceConfig, apply_node_overrides, open_inventory
@@ -98,7 +98,8 @@ class NodeAgent:
         delay = _RETRY_FIRST_S
         while True:
             try:
-                await self.bus.ensure_stream(placement_stream())
+                # the extender alone declares the stream (a node may not create or change it, nats.conf):
+                # until it exists, creating the consumer fails and this loop retries
                 self.consumer = await self.bus.consume(
                     PLACEMENT_STREAM, spec, PlacementDecision, self.prestager.on_placement
                 )

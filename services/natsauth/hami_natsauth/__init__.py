@@ -1,0 +1,1 @@
+"""NATS auth callout: one identity per node, proven by the node's Kubernetes service-account token."""
