@@ -38,6 +38,7 @@ from hami_common.annotations import (
     encode_node_lock,
     encode_pod_devices,
 )
+from hami_common.grants import GrantKey
 from hami_common.kube import KubeClient, KubeSettings, Pod
 from hami_common.resources import GPU
 from hami_common.staging import StagedPod, StagingStore
@@ -47,8 +48,14 @@ from hami_sim.kubelet import KubeletEmulator
 NODE = "gpu-node-1"
 GPUS = ("GPU-11111111-2222-3333-4444-555555555555", "GPU-66666666-7777-8888-9999-000000000000")
 SPLIT = 4
+GRANT_KEY = GrantKey(b"a key the extender and the allocators share, 32+ bytes")
 
 Bound = Callable[..., Awaitable[Pod]]
+
+
+def signature_of(uid: str, annotations: dict[str, str], key: GrantKey = GRANT_KEY) -> str:
+    """What the extender writes beside a grant it made (hami_common.grants)."""
+    return key.sign(uid, annotations[VGPU_NODE], annotations[DEVICES_ALLOCATED])
 
 
 @pytest.fixture
@@ -105,6 +112,7 @@ async def running_allocator(
     kube: KubeClient | None = None,
     publisher: ResultPublisher | None = None,
     preferred: bool = True,
+    grant_key: GrantKey | None = GRANT_KEY,
 ) -> AsyncIterator[AllocatorService]:
     """The allocator serving on ``<sockdir>/vgpu.sock`` (re-registering within 20 ms of a kubelet restart)."""
     endpoint = Endpoint(
@@ -124,6 +132,7 @@ async def running_allocator(
         split=SPLIT,
         kube=kube,
         publisher=publisher,
+        grant_key=grant_key,
     )
     task = asyncio.create_task(service.run())
     try:

@@ -18,6 +18,7 @@ from hami_common.annotations import (
     BIND_PHASE_SUCCESS,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
     NODE_LOCK,
     ContainerDevice,
     decode_pod_devices,
@@ -29,7 +30,18 @@ from hami_common.staging import StagingStore
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.kubelet import KubeletEmulator
 from hami_sim.waiting import eventually
-from tests.allocator.conftest import GPUS, NODE, SPLIT, bound_pod_body, grant_of, node_body, running_allocator, stage
+from tests.allocator.conftest import (
+    GPUS,
+    GRANT_KEY,
+    NODE,
+    SPLIT,
+    bound_pod_body,
+    grant_of,
+    node_body,
+    running_allocator,
+    signature_of,
+    stage,
+)
 
 
 def dev(uuid: str, mem: int, cores: int) -> ContainerDevice:
@@ -40,8 +52,13 @@ async def create(core: Any, body: dict[str, Any]) -> str:
     if body["kind"] == "Node":
         await asyncio.to_thread(core.create_node, body)
         return ""
-    created = await asyncio.to_thread(core.create_namespaced_pod, body["metadata"]["namespace"], body)
-    return str(created.metadata.uid)
+    meta = body["metadata"]
+    created = await asyncio.to_thread(core.create_namespaced_pod, meta["namespace"], body)
+    uid = str(created.metadata.uid)
+    if meta["annotations"].get(GRANT_SIGNATURE) is None:  # signed as the extender does once the UID is known
+        patch = {"metadata": {"annotations": {GRANT_SIGNATURE: signature_of(uid, meta["annotations"])}}}
+        await asyncio.to_thread(core.patch_namespaced_pod, meta["name"], meta["namespace"], patch)
+    return uid
 
 
 async def test_fallback_serves_the_pending_pod_then_erases_marks_success_and_releases_the_lock(
@@ -81,6 +98,43 @@ async def test_fallback_serves_the_pending_pod_then_erases_marks_success_and_rel
     assert pod.metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
     node = await kube.get_node(NODE)
     assert NODE_LOCK not in node.metadata.annotations
+
+
+async def test_a_forged_grant_on_a_pod_that_skipped_the_scheduler_is_refused(
+    sockdir: Path,
+    kubelet: KubeletEmulator,
+    store: StagingStore,
+    alloc_config: NodeAllocationConfig,
+    inventory: DeclaredInventory,
+    kube: KubeClient,
+    core: Any,
+) -> None:
+    """HAMi#3041: a pod created with spec.nodeName and hand-written annotations (80000 MiB on an 8000 MiB card),
+    as a tenant can when admission skips it. HAMi's plugin serves it; ours refuses it, marks nothing, and
+    serves the next pod the scheduler did place.
+
+    (``Allocate`` does not name its pod, so a forged pod admitted while a signed pod waits on the same node
+    would be handed that pod's signed grant, limits included: admission keeps GPU pods with a preset
+    ``spec.nodeName`` away from the kubelet for that reason, in the webhook and the ValidatingAdmissionPolicy.)
+    """
+    await create(core, node_body())
+    forged = bound_pod_body("forged", {"main": [dev(GPUS[0], 80000, 100)]}, bind_time=5)
+    forged["metadata"]["annotations"][GRANT_SIGNATURE] = "v1.bm90IHRoZSBzY2hlZHVsZXI"
+    forged_uid = await create(core, forged)
+    async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
+        await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        watcher = asyncio.create_task(kubelet.run_pods(kube))
+        refused = await kubelet.wait_admitted(forged_uid)
+        honest_uid = await create(core, bound_pod_body("honest", {"main": [dev(GPUS[1], 3000, 30)]}, bind_time=10))
+        served = await kubelet.wait_admitted(honest_uid)
+        await svc.followup.join()
+        watcher.cancel()
+    assert not refused.ok
+    assert "default/forged not served: the hami.io/vgpu-grant signature does not match" in refused.containers[0].error
+    assert served.ok, served
+    assert served.container("main").envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "3000m"
+    assert svc.allocator.served_fallback == 1
+    assert (await kube.get_pod("default", "forged")).metadata.annotations[BIND_PHASE] != BIND_PHASE_SUCCESS
 
 
 async def test_two_pods_bound_back_to_back_each_get_their_own_devices_by_fallback(
@@ -165,6 +219,8 @@ async def test_the_service_allocates_by_fallback_while_nats_is_unreachable(
 ) -> None:
     await create(core, node_body(lock_holder=("default", "solo")))
     uid = await create(core, bound_pod_body("solo", {"main": [dev(GPUS[1], 4000, 40)]}, bind_time=10))
+    key_file = tmp_path / "grant-key"
+    key_file.write_bytes(GRANT_KEY.secret + b"\n")
     settings = AllocatorSettings(
         node_name=NODE,
         plugin_dir=str(sockdir),
@@ -176,6 +232,7 @@ async def test_the_service_allocates_by_fallback_while_nats_is_unreachable(
         watch_interval=0.02,
         kubeconfig=str(emulator.write_kubeconfig(tmp_path / "kubeconfig-svc")),
         nats_url="nats://127.0.0.1:1",
+        grant_key_file=str(key_file),
     )
     stop = asyncio.Event()
     async with KubeletEmulator(sockdir, node=NODE) as kubelet:

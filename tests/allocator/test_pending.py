@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import msgspec
@@ -9,20 +10,27 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hami_allocator.pending import BrokenPod, PendingPod, next_pending, next_uuids
+from hami_allocator import pending
+from hami_allocator.pending import BrokenPod, PendingPod
 from hami_common import envvars
 from hami_common.annotations import (
     BIND_PHASE,
     BIND_PHASE_ALLOCATING,
     BIND_PHASE_SUCCESS,
     BIND_TIME,
+    DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
     VGPU_NODE,
 )
 from hami_common.errors import NotFound
+from hami_common.grants import GrantKey
 from hami_common.resources import GPU_PRIORITY
 
 NODE = "n1"
+KEY = GrantKey(b"the key the extender signs grants with, 32+ bytes")
+next_pending = functools.partial(pending.next_pending, key=KEY)
+next_uuids = functools.partial(pending.next_uuids, key=KEY)
 
 
 def pod(
@@ -34,9 +42,15 @@ def pod(
     bind_phase: str = BIND_PHASE_ALLOCATING,
     devices: str = "GPU-a,NVIDIA,100,10:;",
     containers: tuple[str, ...] = ("main",),
+    allocated: str | None = None,
+    signed_by: GrantKey | None = KEY,
     **extra: Any,
 ) -> PendingPod:
-    annotations = {VGPU_NODE: node, BIND_PHASE: bind_phase, DEVICES_TO_ALLOCATE: devices}
+    """A pod as the extender left it: ``allocated`` (default: ``devices``) signed with ``signed_by``."""
+    allocated = devices if allocated is None else allocated
+    annotations = {VGPU_NODE: node, BIND_PHASE: bind_phase, DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: allocated}
+    if signed_by is not None:
+        annotations[GRANT_SIGNATURE] = signed_by.sign(f"uid-{name}", node, allocated)
     if bind:
         annotations[BIND_TIME] = str(bind)
     body = {
@@ -84,7 +98,12 @@ def test_containers_served_but_not_yet_erased_are_skipped() -> None:
 
 def test_a_served_container_is_skipped_whether_or_not_the_listing_shows_it_erased() -> None:
     before = pod("p", devices="GPU-a,NVIDIA,100,10:;GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;", containers=("a", "b"))
-    after = pod("p", devices=";GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;;", containers=("a", "b"))
+    after = pod(
+        "p",
+        devices=";GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;;",
+        allocated="GPU-a,NVIDIA,100,10:;GPU-b,NVIDIA,200,20:GPU-c,NVIDIA,200,20:;",
+        containers=("a", "b"),
+    )
     for listing in (before, after):
         chosen = next_pending([listing], NODE, 2, inflight={"uid-p": {"a"}})
         assert (chosen.grant.name, chosen.complete) == ("b", True)
@@ -141,3 +160,58 @@ def test_any_device_list_is_chosen_or_refused_with_our_errors(value: str) -> Non
         return
     assert len(chosen.grant.devices) == 1
     assert next_uuids([pod("p", devices=value)], NODE, 1) == (chosen.grant.devices[0].uuid,)
+
+
+# --- forged grants (HAMi#3041): annotations alone never make an allocation ---------------------------------
+
+FORGED = "GPU-a,NVIDIA,80000,100:;"
+
+
+def _with(p: PendingPod, **annotations: str) -> PendingPod:
+    meta = msgspec.structs.replace(p.metadata, annotations={**p.metadata.annotations, **annotations})
+    return msgspec.structs.replace(p, metadata=meta)
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        pytest.param(pod("f", devices=FORGED, signed_by=None), id="no signature"),
+        pytest.param(pod("f", devices=FORGED, signed_by=GrantKey(b"x" * 32)), id="signed with another key"),
+        pytest.param(_with(pod("f", devices=FORGED), **{GRANT_SIGNATURE: "v1.AAAA"}), id="a made-up signature"),
+        pytest.param(
+            _with(pod("f"), **{DEVICES_TO_ALLOCATE: FORGED, DEVICES_ALLOCATED: FORGED}),
+            id="devices changed after signing",
+        ),
+        pytest.param(_with(pod("f"), **{DEVICES_TO_ALLOCATE: FORGED}), id="to-allocate differs from the signed list"),
+        pytest.param(
+            _with(
+                pod("f", devices=FORGED),
+                **{GRANT_SIGNATURE: pod("victim", devices=FORGED).metadata.annotations[GRANT_SIGNATURE]},
+            ),
+            id="signature copied from another pod",
+        ),
+        pytest.param(
+            _with(pod("f", node="n2"), **{VGPU_NODE: NODE}),
+            id="signed for another node",
+        ),
+    ],
+)
+def test_a_grant_the_scheduler_did_not_sign_is_never_served(forged: PendingPod) -> None:
+    with pytest.raises(NotFound, match="ns/f not served"):
+        next_pending(
+            [msgspec.structs.replace(forged, spec=msgspec.structs.replace(forged.spec, node_name=NODE))], NODE, 1
+        )
+    assert next_uuids([forged], NODE, 1) == ()
+
+
+def test_a_forged_pod_does_not_hide_a_signed_one_behind_it() -> None:
+    forged = pod("f", bind=1, devices=FORGED, signed_by=None)
+    chosen = next_pending([forged, pod("p", bind=2)], NODE, 1)
+    assert chosen.pod.metadata.name == "p"
+    assert chosen.grant.devices[0].usedmem_mib == 100
+
+
+def test_without_a_key_no_annotation_grant_is_served() -> None:
+    with pytest.raises(NotFound, match="no grant key is configured"):
+        pending.next_pending([pod("p")], NODE, 1)
+    assert pending.next_uuids([pod("p")], NODE, 1) == ()

@@ -26,10 +26,12 @@ from hami_common.annotations import (
     BIND_TIME,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
     VGPU_NODE,
     ContainerDevice,
     encode_pod_devices,
 )
+from hami_common.grants import GrantKey
 from hami_common.inventory import FAKE
 from hami_common.resources import GPU
 from hami_common.settings import to_argv
@@ -38,6 +40,7 @@ from hami_sim.realk8s import ApiError, ControlPlane, Peer, RealKubelet, mount_na
 NODE = "n1"
 GPUS = ("GPU-5e4f0c1a-0000-4000-8000-000000000001", "GPU-5e4f0c1a-0000-4000-8000-000000000002")
 SPLIT = 4
+KEY = GrantKey(b"the extender's grant key, shared with the allocator")
 _ALLOCATOR_MAIN = "import sys; from hami_allocator.main import main; sys.exit(main(sys.argv[1:]))"
 
 pytestmark = pytest.mark.skipif(
@@ -71,8 +74,11 @@ def node(plane: ControlPlane, tmp_path: Path) -> Iterator[RealKubelet]:
             }
         )
     )
+    key_file = tmp_path / "grant-key"
+    key_file.write_bytes(KEY.secret)
     settings = AllocatorSettings(
         kubeconfig=str(plane.write_kubeconfig(tmp_path / "admin")),
+        grant_key_file=str(key_file),
         node_name=NODE,
         plugin_dir=str(kubelet.plugin_dir),
         device_split_count=SPLIT,
@@ -93,7 +99,18 @@ def node(plane: ControlPlane, tmp_path: Path) -> Iterator[RealKubelet]:
     finally:
         allocator.stop()
         kubelet.stop()
+        _forget_node(plane)
         print("kubelet:", kubelet.kubelet.tail(20), "\nallocator:", allocator.tail(20))
+
+
+def _forget_node(plane: ControlPlane) -> None:
+    """Remove the node and its pods, so the next test's kubelet registers afresh (its allocatable starts at 0)."""
+    pods = plane.request("GET", f"/api/v1/pods?fieldSelector=spec.nodeName={NODE}")
+    for pod in pods.get("items", []):
+        meta = pod["metadata"]
+        path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}"
+        plane.request("DELETE", path, {"apiVersion": "v1", "kind": "DeleteOptions", "gracePeriodSeconds": 0})
+    plane.request("DELETE", f"/api/v1/nodes/{NODE}")
 
 
 def _node(plane: ControlPlane) -> dict[str, Any] | None:
@@ -115,27 +132,13 @@ def test_the_real_kubelet_registers_our_plugin_calls_allocate_and_creates_the_co
     assert until("nvidia.com/gpu allocatable", advertised) == len(GPUS) * SPLIT
 
     grant = encode_pod_devices([[ContainerDevice(uuid=GPUS[0], type="NVIDIA", usedmem=3000, usedcores=30)]])
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "name": "gpu-pod",
-            "labels": {VGPU_NODE: NODE},
-            "annotations": {
-                VGPU_NODE: NODE,
-                BIND_TIME: str(int(time.time())),
-                BIND_PHASE: BIND_PHASE_ALLOCATING,
-                DEVICES_TO_ALLOCATE: grant,
-                DEVICES_ALLOCATED: grant,
-            },
-        },
-        "spec": {
-            "nodeName": NODE,
-            "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {GPU: "1"}}}],
-        },
-    }
     plane.ensure_namespace("kubelet-check")
-    plane.create("", "v1", "pods", "kubelet-check", pod)
+    pod = plane.create("", "v1", "pods", "kubelet-check", _gpu_pod("gpu-pod", grant, node_name=""))
+    # as the extender does: sign the grant in Filter, then bind with the Binding subresource
+    signed = {"metadata": {"annotations": {GRANT_SIGNATURE: KEY.sign(pod["metadata"]["uid"], NODE, grant)}}}
+    plane.request("PATCH", "/api/v1/namespaces/kubelet-check/pods/gpu-pod", signed, "application/merge-patch+json")
+    binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "gpu-pod"}, "target": {"name": NODE}}
+    plane.request("POST", "/api/v1/namespaces/kubelet-check/pods/gpu-pod/binding", binding)
 
     def phase() -> str:
         got = plane.request("GET", "/api/v1/namespaces/kubelet-check/pods/gpu-pod")
@@ -150,3 +153,51 @@ def test_the_real_kubelet_registers_our_plugin_calls_allocate_and_creates_the_co
     assert any(m["container_path"] == "/etc/ld.so.preload" for m in created["mounts"])
     stored = plane.request("GET", "/api/v1/namespaces/kubelet-check/pods/gpu-pod")
     assert stored["metadata"]["annotations"][BIND_PHASE] == BIND_PHASE_SUCCESS
+
+
+@pytest.mark.timeout(240)
+def test_the_real_kubelet_gets_no_devices_for_a_grant_the_scheduler_did_not_sign(
+    plane: ControlPlane, node: RealKubelet
+) -> None:
+    """HAMi#3041: a pod created straight onto the node with a forged 80000 MiB grant (no webhook registered
+    here, as when admission skips a pod). The kubelet asks our allocator, which refuses: the pod fails
+    admission and no container is ever created, where HAMi's plugin would have started it unlimited."""
+    until("nvidia.com/gpu allocatable", lambda: (_node(plane) or {}).get("status", {}).get("allocatable", {}).get(GPU))
+    forged = encode_pod_devices([[ContainerDevice(uuid=GPUS[0], type="NVIDIA", usedmem=80000, usedcores=100)]])
+    body = _gpu_pod("forged", forged, node_name=NODE)
+    body["metadata"]["annotations"][GRANT_SIGNATURE] = KEY.sign("some-other-pod-uid", NODE, forged)
+    plane.ensure_namespace("kubelet-forged")
+    plane.create("", "v1", "pods", "kubelet-forged", body)
+
+    def settled() -> dict[str, Any] | None:
+        got = plane.request("GET", "/api/v1/namespaces/kubelet-forged/pods/forged")
+        return got if got.get("status", {}).get("phase") in ("Failed", "Running") else None
+
+    status = until("the kubelet's verdict on the forged pod", settled)["status"]
+    assert status["phase"] == "Failed"
+    assert status.get("reason") == "UnexpectedAdmissionError"
+    assert "signature does not match" in status.get("message", "")
+    assert not [c for c in node.created_containers() if c["container"] == "main"]
+
+
+def _gpu_pod(name: str, grant: str, *, node_name: str) -> dict[str, Any]:
+    """A GPU pod carrying the annotations Filter writes (bind-phase and time as Bind leaves them)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {VGPU_NODE: NODE},
+            "annotations": {
+                VGPU_NODE: NODE,
+                BIND_TIME: str(int(time.time())),
+                BIND_PHASE: BIND_PHASE_ALLOCATING,
+                DEVICES_TO_ALLOCATE: grant,
+                DEVICES_ALLOCATED: grant,
+            },
+        },
+        "spec": {
+            **({"nodeName": node_name} if node_name else {}),
+            "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {GPU: "1"}}}],
+        },
+    }

@@ -20,6 +20,9 @@ MIG_ALLOCATIONS: Final = "hami.io/vgpu-mig-allocations"
 BIND_TIME: Final = "hami.io/bind-time"
 BIND_PHASE: Final = "hami.io/bind-phase"
 TRACE_CONTEXT: Final = "hami.io/trace-context"  # ours: W3C traceparent of the pod's scheduling trace
+# Ours: the scheduler's HMAC over the pod's UID, node and device list (hami_common.grants); the allocator
+# serves an annotation-only allocation only when it verifies.
+GRANT_SIGNATURE: Final = "hami.io/vgpu-grant"
 
 BIND_PHASE_ALLOCATING: Final = "allocating"
 BIND_PHASE_SUCCESS: Final = "success"
@@ -58,8 +61,16 @@ SCHEDULER_OWNED: Final[frozenset[str]] = frozenset(
         BIND_PHASE,
         NODE_LOCK,
         TRACE_CONTEXT,
+        GRANT_SIGNATURE,
     }
 )
+
+# The scheduler-owned keys that carry or gate a grant, guarded by the ValidatingAdmissionPolicy even when the
+# mutating webhook is skipped or down (deploy/kustomize/base/webhook/scheduler-owned-policy.yaml). The
+# trace context is left out: our mutating webhook adds it on CREATE, before validation sees the pod.
+GRANT_OWNED: Final[frozenset[str]] = SCHEDULER_OWNED - {TRACE_CONTEXT}
+# Scheduler-owned labels: HAMi's scheduler labels bound pods with the node (VGPU_NODE is both).
+SCHEDULER_OWNED_LABELS: Final[frozenset[str]] = frozenset({VGPU_NODE})
 
 # The vendor word in device lists and requests; a device's `type` is the model string (§2.5, §9 item 5).
 NVIDIA_VENDOR: Final = "NVIDIA"

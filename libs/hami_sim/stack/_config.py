@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import secrets
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,6 +15,9 @@ __all__ = ["GPU_MODEL", "StackConfig", "gpu_uuid", "inventory_document", "node_n
 
 GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
 _UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2a-5b9e-4c1a-9d3e-0a4b8c7d6e5f")
+
+
+NODE_PLACEHOLDER: Final = "{node}"  # in a node service's kubeconfig path: one file per node
 
 
 def node_name(index: int) -> str:
@@ -66,6 +71,11 @@ class StackConfig:
     def kubeconfig(self) -> Path:
         return self.workdir / "kubeconfig"
 
+    @property
+    def grant_key_file(self) -> Path:
+        """The key the extender signs grants with and the allocators verify them by (a Secret when deployed)."""
+        return self.workdir / "grant-key"
+
 
 def inventory_document(config: StackConfig) -> dict[str, Any]:
     """The fake inventory of every node: ``gpus_per_node`` identical cards, half on each NUMA node."""
@@ -85,6 +95,18 @@ def inventory_document(config: StackConfig) -> dict[str, Any]:
             for node in config.node_names()
         }
     }
+
+
+def write_grant_key(config: StackConfig) -> Path:
+    """A fresh random key for this run, readable by its owner only."""
+    path = config.grant_key_file
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+    tmp.replace(path)
+    return path
 
 
 def write_inventory(config: StackConfig) -> Path:

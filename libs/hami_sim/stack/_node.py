@@ -35,7 +35,7 @@ from hami_common.staging import StagingStore
 from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
-from hami_sim.stack._config import StackConfig
+from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig
 from hami_sim.stack._service import FailureHook, RunningService
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
@@ -59,6 +59,10 @@ class NodeConnections:
     @property
     def kubelet(self) -> str:
         return self.kubelet_kubeconfig or self.kubeconfig
+
+    def kubeconfig_for(self, node: str) -> str:
+        """The node services' kubeconfig on ``node``: per node where the path holds ``{node}``."""
+        return self.kubeconfig.replace(NODE_PLACEHOLDER, node)
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +109,7 @@ class SimNode:
         return NodeAgentSettings(
             nats_url=self.connections.nats_url,
             service_name=f"hami-nodeagent-{self.name}",
-            kubeconfig=self.connections.kubeconfig,
+            kubeconfig=self.connections.kubeconfig_for(self.name),
             kube_backoff_initial=0.05,
             kube_backoff_max=1.0,
             node_name=self.name,
@@ -122,7 +126,7 @@ class SimNode:
         return AllocatorSettings(
             nats_url=self.connections.nats_url,
             service_name=f"hami-allocator-{self.name}",
-            kubeconfig=self.connections.kubeconfig,
+            kubeconfig=self.connections.kubeconfig_for(self.name),
             kube_backoff_initial=0.05,
             kube_backoff_max=1.0,
             node_name=self.name,
@@ -133,6 +137,7 @@ class SimNode:
             staging_dir=str(node_dir / "staging"),
             hook_path=str(node_dir / "hook"),
             numa_topology=True,
+            grant_key_file=str(self.config.grant_key_file),
         )
 
     async def _run_agent(self, stop: asyncio.Event) -> None:

@@ -24,6 +24,7 @@ from hami_allocator.pending import BrokenPod, NodePods, PodLike, next_pending, n
 from hami_common import logkeys, spans
 from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
 from hami_common.errors import InvalidInput, NotFound, TransientError
+from hami_common.grants import GrantKey
 from hami_common.staging import ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
@@ -64,6 +65,7 @@ class Allocator:
         followup: FollowUp,
         pods: NodePods | None = None,
         fallback_timeout: float = 10.0,
+        grant_key: GrantKey | None = None,
     ) -> None:
         if split < 1:
             raise ValueError("device split count must be at least 1")
@@ -75,6 +77,7 @@ class Allocator:
         self.followup = followup
         self.pods = pods
         self.fallback_timeout = fallback_timeout
+        self.grant_key = grant_key  # None: no annotation-only allocation is served (fail closed)
         self.known_pods: Callable[[], Iterable[PodLike]] = tuple  # the node's pods, as a watch holds them
         self.gone = GoneSet()
         # Names of the containers served per pod, kept until the pod is gone: whether a pod listing shows an
@@ -191,7 +194,7 @@ class Allocator:
         except TimeoutError as err:
             raise TransientError(f"listing the pods of node {self.node} timed out{also}") from err
         try:
-            pending = next_pending(pods, self.node, count, inflight=self.inflight, gone=self.gone)
+            pending = next_pending(pods, self.node, count, inflight=self.inflight, gone=self.gone, key=self.grant_key)
         except NotFound as err:
             raise NotFound(f"{err}{also}") from err
         except BrokenPod as err:
@@ -253,7 +256,9 @@ class Allocator:
         if peeked is not None:
             wanted: Sequence[str] = peeked.container.device_uuids
         else:
-            wanted = next_uuids(self.known_pods(), self.node, size, inflight=self.inflight, gone=self.gone)
+            wanted = next_uuids(
+                self.known_pods(), self.node, size, inflight=self.inflight, gone=self.gone, key=self.grant_key
+            )
         for uuid in wanted:
             if len(chosen) >= size:
                 break

@@ -7,6 +7,10 @@ next entry of ``hami.io/vgpu-devices-to-allocate`` asks for the same number of d
 served but has not erased yet (the erasure runs after the answer) are counted as served (``inflight``: the
 served containers' names per pod, so the answer is the same whether a listing predates the erasure or not).
 
+Unlike HAMi, a pod's annotations are not trusted on their own: a pod is a candidate only when the scheduler's
+signature ``hami.io/vgpu-grant`` verifies over its UID, node and device list (:mod:`hami_common.grants`), so a
+pod that slipped past admission with forged annotations and a ``spec.nodeName`` is never served.
+
 :func:`next_pending` is pure; :class:`KubeNodePods` is the adapter that reads the pods, with the
 containers' ``env`` (``CUDA_DISABLE_CONTROL``), which the shared pod type does not carry.
 """
@@ -33,6 +37,7 @@ from hami_common.annotations import (
     decode_pod_devices,
 )
 from hami_common.errors import AnnotationError, InvalidInput, NotFound
+from hami_common.grants import GrantKey, unverified_reason
 from hami_common.kube import KubeClient, ObjectMeta, PodStatus, ResourceRequirements
 from hami_common.quantity import as_int
 from hami_common.resources import GPU_PRIORITY
@@ -205,11 +210,13 @@ def next_pending(
     *,
     inflight: Mapping[str, Collection[str]] | None = None,
     gone: Container[str] = (),
+    key: GrantKey | None = None,
 ) -> PendingAllocation:
     """The container of the oldest pending pod whose next unserved entry asks for ``device_count`` devices.
 
     Raises :class:`NotFound` (HAMi's ``no binding pod found on node <n>``, or no pod wanting that many
-    devices) and :class:`BrokenPod` when the oldest candidate's device list is malformed.
+    devices, or none whose grant the scheduler signed with ``key``) and :class:`BrokenPod` when the oldest
+    signed candidate's device list is malformed.
     """
     served = inflight or {}
     candidates = sorted((p for p in pods if _is_candidate(p, node, gone)), key=_bind_time)
@@ -217,6 +224,10 @@ def next_pending(
         raise NotFound(f"no binding pod found on node {node}")
     wanted: list[str] = []
     for pod in candidates:
+        refused = unverified_reason(key, pod.metadata.uid, pod.metadata.annotations)
+        if refused:
+            wanted.append(f"{pod.metadata.namespace}/{pod.metadata.name} not served: {refused}")
+            continue
         grant = pod_grant(pod)
         done = served.get(pod.metadata.uid, ())
         left = [c for c in grant.containers if c.devices and c.name not in done]
@@ -242,11 +253,14 @@ def next_uuids(
     *,
     inflight: Mapping[str, Collection[str]] | None = None,
     gone: Container[str] = (),
+    key: GrantKey | None = None,
 ) -> tuple[str, ...]:
     """The GPU UUIDs :func:`next_pending` would grant next, from pods already at hand (a watch cache): what
     GetPreferredAllocation maps onto the kubelet's IDs, as HAMi's does. Empty when none is known; never raises."""
     served = inflight or {}
     for pod in sorted((p for p in pods if _is_candidate(p, node, gone)), key=_bind_time):
+        if unverified_reason(key, pod.metadata.uid, pod.metadata.annotations):
+            continue
         try:
             devices = decode_pod_devices(pod.metadata.annotations.get(DEVICES_TO_ALLOCATE, ""))
         except AnnotationError:

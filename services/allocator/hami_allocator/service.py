@@ -25,6 +25,7 @@ from hami_allocator.settings import AllocatorSettings
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import InvalidInput, TransientError
+from hami_common.grants import GrantKey
 from hami_common.inventory import open_inventory
 from hami_common.kube import Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
 from hami_common.service import EXIT_CONFIG
@@ -78,6 +79,7 @@ class AllocatorService:
         kube: KubeClient | None = None,
         publisher: ResultPublisher | None = None,
         numa_topology: bool = False,
+        grant_key: GrantKey | None = None,
     ) -> None:
         self.node = node
         self.kube = kube
@@ -97,6 +99,7 @@ class AllocatorService:
             split=split,
             followup=self.followup,
             pods=KubeNodePods(kube) if kube is not None else None,
+            grant_key=grant_key,
         )
         self.plugin = DevicePluginService(
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
@@ -171,6 +174,7 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             if not settings.node_name:
                 raise InvalidInput("the node name is required (--node-name or HAMI_NODE_NAME)")
             inventory = await _inventory(settings, stack)
+            grant_key = settings.grant_key()
         except InvalidInput as err:
             log.error("bad configuration: %s", err)
             raise SystemExit(EXIT_CONFIG) from err
@@ -190,7 +194,10 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             kube=kube,
             publisher=bus,
             numa_topology=settings.numa_topology,
+            grant_key=grant_key,
         )
+        if grant_key is None and settings.use_apiserver:
+            log.warning("no grant key (--grant-key-file): pods are served from staged placements only")
         async with asyncio.TaskGroup() as tg:
             tasks = [tg.create_task(service.run(), name="allocator")]
             if bus is not None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from hami_common.deviceplugin.rpc import DEVICE_PLUGIN_PATH
+from hami_common.grants import GrantSettings
 from hami_common.kube import KubeSettings
 from hami_common.resources import GPU
 from hami_common.settings import BusSettings, setting
@@ -14,7 +15,7 @@ __all__ = ["AllocatorSettings"]
 
 
 @dataclass(frozen=True)
-class AllocatorSettings(BusSettings, KubeSettings):
+class AllocatorSettings(BusSettings, KubeSettings, GrantSettings):
     """The HAMi-compatible kubelet device plugin for NVIDIA GPUs."""
 
     node_name: str = setting("", "this node's name (the DaemonSet passes spec.nodeName)")

@@ -22,6 +22,7 @@ from hami_common import logkeys, spans
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
     TRACE_CONTEXT,
     VGPU_NODE,
     VGPU_TIME,
@@ -29,6 +30,7 @@ from hami_common.annotations import (
     encode_unix_seconds,
 )
 from hami_common.errors import HamiError, InvalidInput, TransientError
+from hami_common.grants import GrantKey
 from hami_common.kube import Container, ObjectReference, Pod, PodPatcher, reference_to
 from hami_common.resources import ContainerResources, PodRequest, ResourceConfig, pod_request
 from hami_common.scheduling import (
@@ -83,6 +85,7 @@ class Placer:
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     patch_timeout: float = 10.0
     filter_times: FilterTimes = field(default_factory=FilterTimes)  # read by Bind, for the placement decision
+    grant_key: GrantKey | None = None  # signs each grant, so allocators can tell it from a forged one
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:
@@ -164,6 +167,8 @@ class Placer:
             DEVICES_TO_ALLOCATE: encoded,
             DEVICES_ALLOCATED: encoded,
         }
+        if self.grant_key is not None:
+            changes[GRANT_SIGNATURE] = self.grant_key.sign(meta.uid, chosen.node, encoded)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.patch_timeout):

@@ -1,0 +1,118 @@
+"""The scheduler's proof that it made a grant (``hami.io/vgpu-grant``).
+
+A pod's author controls its annotations wherever admission does not stop them (a skipped or failed-open
+webhook, an older policy). HAMi's device plugin serves whatever ``hami.io/vgpu-devices-to-allocate`` says
+(HAMi#3041), so a pod carrying a forged list and a ``spec.nodeName`` runs with any limit it likes. Here the
+extender signs each grant it writes with a key that only it and the node services hold (a Secret mounted
+into the scheduler pod and the node DaemonSet), and the allocator serves an annotation-only allocation
+only when the signature verifies for that pod UID, that node and that device list.
+
+The signature is ``v1.`` + base64url(HMAC-SHA256(key, "hami-grant-v1" NUL uid NUL node NUL devices)),
+``devices`` being the exact ``hami.io/vgpu-devices-allocated`` value. The UID binds it to one pod object (a
+copy onto another pod does not verify), the node to one node.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import hashlib
+import hmac
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from hami_common.annotations import (
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
+    VGPU_NODE,
+    decode_pod_devices,
+)
+from hami_common.errors import AnnotationError, InvalidInput
+from hami_common.settings import setting
+
+__all__ = ["MIN_KEY_BYTES", "GrantKey", "GrantSettings", "unverified_reason"]
+
+MIN_KEY_BYTES: Final = 32
+_VERSION: Final = "v1."
+_DOMAIN: Final = b"hami-grant-v1"
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class GrantKey:
+    """The shared HMAC key. ``repr`` never shows it."""
+
+    secret: bytes = field(repr=False)
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < MIN_KEY_BYTES:
+            raise InvalidInput(f"grant key: {len(self.secret)} bytes, at least {MIN_KEY_BYTES} are needed")
+
+    @classmethod
+    def load(cls, path: str | Path) -> GrantKey:
+        """The key file's content, surrounding whitespace stripped (a Secret's value, often with a newline)."""
+        try:
+            secret = Path(path).read_bytes().strip()
+        except OSError as err:
+            raise InvalidInput(f"grant key file {path}: {err.strerror or err}") from err
+        return cls(secret)
+
+    def sign(self, uid: str, node: str, devices: str) -> str:
+        return _VERSION + base64.urlsafe_b64encode(self._mac(uid, node, devices)).decode().rstrip("=")
+
+    def verifies(self, signature: str, uid: str, node: str, devices: str) -> bool:
+        if not signature.startswith(_VERSION):
+            return False
+        expected = self.sign(uid, node, devices)
+        return hmac.compare_digest(expected.encode(), signature.encode())
+
+    def _mac(self, uid: str, node: str, devices: str) -> bytes:
+        message = b"\0".join((_DOMAIN, uid.encode(), node.encode(), devices.encode()))
+        return hmac.new(self.secret, message, hashlib.sha256).digest()
+
+
+@dataclasses.dataclass(frozen=True)  # no slots: combined with other settings bases
+class GrantSettings:
+    """Where the extender and the allocators find the shared key."""
+
+    grant_key_file: str = setting(
+        "",
+        "file holding the grant-signing key shared by the extender and the allocators (empty: none; the "
+        "extender then writes unsigned grants and the allocator serves staged allocations only)",
+    )
+
+    def grant_key(self) -> GrantKey | None:
+        """The key, or None when no file is set; a file that is set but unusable raises InvalidInput."""
+        return GrantKey.load(self.grant_key_file) if self.grant_key_file else None
+
+
+def unverified_reason(key: GrantKey | None, uid: str, annotations: Mapping[str, str]) -> str:
+    """Why the pod's annotation grant must not be served; empty when it may.
+
+    It may when the signature verifies over the pod's UID, ``hami.io/vgpu-node`` and
+    ``hami.io/vgpu-devices-allocated``, and every entry left in ``hami.io/vgpu-devices-to-allocate`` is the
+    signed entry at the same place (the device plugin only empties entries as it serves them).
+    """
+    if key is None:
+        return "no grant key is configured, so annotation-only allocations are refused"
+    signature = annotations.get(GRANT_SIGNATURE, "")
+    node = annotations.get(VGPU_NODE, "")
+    allocated = annotations.get(DEVICES_ALLOCATED, "")
+    if not signature:
+        return f"the grant carries no {GRANT_SIGNATURE} signature"
+    if not key.verifies(signature, uid, node, allocated):
+        return f"the {GRANT_SIGNATURE} signature does not match the pod's grant"
+    try:
+        signed = decode_pod_devices(allocated, DEVICES_ALLOCATED)
+        left = decode_pod_devices(annotations.get(DEVICES_TO_ALLOCATE, ""), DEVICES_TO_ALLOCATE)
+    except AnnotationError:
+        return ""  # signed, but unreadable: the caller's decoder reports it (HAMi marks such a pod failed)
+    for i, entry in enumerate(left):
+        if entry and (i >= len(signed) or entry != signed[i]):
+            return f"{DEVICES_TO_ALLOCATE} entry {i} is not the signed grant"
+    return ""
