@@ -13,6 +13,7 @@ from hami_sim.realk8s._kubelet import DEVICE_PLUGIN_DIR, RealKubelet, mount_name
 from hami_sim.realk8s._manifests import (
     apply,
     deployed,
+    policy_documents,
     rbac_documents,
     scheduler_configuration,
     webhook_configuration,
@@ -39,6 +40,7 @@ __all__ = [
     "find_binaries",
     "free_port",
     "mount_namespaces_work",
+    "policy_documents",
     "rbac_documents",
     "repo_root",
     "scheduler_configuration",

@@ -17,6 +17,7 @@ import shutil
 import ssl
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -170,13 +171,20 @@ class ControlPlane:
     def write_token_kubeconfig(self, path: Path | str, token: str) -> Path:
         return _write_yaml(Path(path), kubeconfig_document(self.url, self.ca.cert_file, {"token": token}))
 
-    def token(self, namespace: str, account: str, seconds: int = 86_400) -> str:
-        """A token for ServiceAccount ``namespace/account`` from the TokenRequest API, as a kubelet gets one."""
-        body = {
-            "apiVersion": "authentication.k8s.io/v1",
-            "kind": "TokenRequest",
-            "spec": {"expirationSeconds": seconds},
-        }
+    def token(
+        self, namespace: str, account: str, seconds: int = 86_400, *, node: str = "", audiences: Sequence[str] = ()
+    ) -> str:
+        """A token for ServiceAccount ``namespace/account`` from the TokenRequest API, as a kubelet gets one.
+
+        With ``node``, the token is bound to that Node object: the apiserver then authenticates it with the
+        extra ``authentication.kubernetes.io/node-name``, as it does a DaemonSet pod's projected token."""
+        spec: Json = {"expirationSeconds": seconds}
+        if audiences:
+            spec["audiences"] = list(audiences)
+        if node:
+            uid = self.request("GET", f"/api/v1/nodes/{node}")["metadata"]["uid"]
+            spec["boundObjectRef"] = {"apiVersion": "v1", "kind": "Node", "name": node, "uid": uid}
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec}
         path = f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token"
         token: str = self.request("POST", path, body)["status"]["token"]
         return token
