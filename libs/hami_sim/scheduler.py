@@ -31,7 +31,9 @@ from hami_common.kube import (
     pod_source,
     reference_to,
 )
+from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_sim.http import HttpClient, HttpError
+from hami_sim.tls import TlsFiles
 
 __all__ = ["FAILED_SCHEDULING", "ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
 
@@ -40,7 +42,7 @@ R = TypeVar("R")
 
 FILTER_PATH: Final = "/filter"
 BIND_PATH: Final = "/bind"
-DEFAULT_SCHEDULER: Final = "hami-scheduler"
+DEFAULT_SCHEDULER: Final = DEFAULT_SCHEDULER_NAME
 NO_NODES: Final = "no nodes available to schedule pods"
 FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler records for a pod left pending
 _HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
@@ -97,14 +99,21 @@ class SchedulerDriver:
         retry_after: float = 1.0,
         headers: Mapping[str, str] | None = None,
         verify: bool | str = True,
+        client_cert: TlsFiles | None = None,
     ) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
         self.retry_after = retry_after
         self.verdicts: dict[str, Verdict] = {}  # pod uid -> latest verdict
         tls = None
-        if verify is not True:
-            tls = ssl.create_default_context(cafile=verify) if isinstance(verify, str) else _unverified()
+        if verify is not True or client_cert is not None:
+            if isinstance(verify, str):
+                tls = ssl.create_default_context(cafile=verify)
+            else:
+                tls = ssl.create_default_context() if verify else _unverified()
+            if client_cert is not None:
+                # the extender requires mutual TLS (kube-scheduler's tlsConfig certFile/keyFile)
+                tls.load_cert_chain(str(client_cert.cert), str(client_cert.key))
         self._http = HttpClient(extender_url, ssl_context=tls, headers=headers, timeout=_HTTP_TIMEOUT_S)
         self._pods = WatchCache(pod_source(kube), name="pods")
         self._nodes = WatchCache(node_source(kube), name="nodes")

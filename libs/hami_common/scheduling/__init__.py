@@ -17,6 +17,7 @@ from hami_common.scheduling.placement import (
     unregistered,
 )
 from hami_common.scheduling.policy import (
+    DEFAULT_SCHEDULER_NAME,
     NodePolicy,
     PodPreferences,
     SchedulerDefaults,
@@ -39,6 +40,7 @@ from hami_common.scheduling.usage import (
 from hami_common.scheduling.vendor import ContainerFit, FitContext, Vendor
 
 __all__ = [
+    "DEFAULT_SCHEDULER_NAME",
     "DEFAULT_VENDORS",
     "NVIDIA",
     "ContainerFit",

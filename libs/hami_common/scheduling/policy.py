@@ -26,6 +26,7 @@ from hami_common.errors import InvalidInput
 
 __all__ = [
     "BINPACK",
+    "DEFAULT_SCHEDULER_NAME",
     "MUTEX",
     "NUMA",
     "SPREAD",
@@ -121,6 +122,11 @@ def _list(value: str | None) -> tuple[str, ...]:
     if value is None:
         return ()
     return tuple(p.strip() for p in value.split(",") if p.strip())
+
+
+# HAMi's --scheduler-name: the kube-scheduler profile the webhook routes GPU pods to, and the only pods the
+# extender binds.
+DEFAULT_SCHEDULER_NAME: Final = "hami-scheduler"
 
 
 @dataclass(frozen=True, slots=True)

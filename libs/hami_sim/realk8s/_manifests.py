@@ -18,11 +18,13 @@ from typing import Any, Final
 import yaml
 
 from hami_sim.realk8s._binaries import K8sBinaries, repo_root
+from hami_sim.tls import TlsFiles
 
 __all__ = [
     "RBAC_KINDS",
     "apply",
     "deployed",
+    "policy_documents",
     "rbac_documents",
     "scheduler_configuration",
     "webhook_configuration",
@@ -31,6 +33,7 @@ __all__ = [
 RBAC_KINDS: Final = frozenset(
     {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
 )
+POLICY_KINDS: Final = frozenset({"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding"})
 SCHEDULER_CONFIGMAP: Final = "hami-kube-scheduler"
 Json = dict[str, Any]
 
@@ -49,6 +52,11 @@ def deployed(binaries: K8sBinaries, base: Path | None = None) -> list[Json]:
 
 def rbac_documents(documents: Iterable[Json]) -> list[Json]:
     return [doc for doc in documents if doc.get("kind") in RBAC_KINDS]
+
+
+def policy_documents(documents: Iterable[Json]) -> list[Json]:
+    """The ValidatingAdmissionPolicies and their bindings (deploy/kustomize/base/policies)."""
+    return [doc for doc in documents if doc.get("kind") in POLICY_KINDS]
 
 
 def _one(documents: Iterable[Json], kind: str, name: str) -> Json:
@@ -72,9 +80,11 @@ def scheduler_configuration(
     extender_url: str,
     ca_file: Path,
     kubeconfig: Path,
+    client: TlsFiles | None = None,
     lease: tuple[float, float, float] = (4.0, 3.0, 1.0),
 ) -> Json:
-    """The deployed KubeSchedulerConfiguration, pointed at ``extender_url`` (trusting ``ca_file``).
+    """The deployed KubeSchedulerConfiguration, pointed at ``extender_url`` (trusting ``ca_file``), and
+    presenting ``client``'s certificate where the deployed one presents its own (mutual TLS).
 
     ``lease`` is (leaseDuration, renewDeadline, retryPeriod) in seconds: shorter than the defaults (15, 10,
     2), so a replica taking over after a SIGKILL fits in a test.
@@ -86,7 +96,10 @@ def scheduler_configuration(
     config["leaderElection"].update(leaseDuration=f"{duration}s", renewDeadline=f"{renew}s", retryPeriod=f"{retry}s")
     for extender in config["extenders"]:
         extender["urlPrefix"] = extender_url
-        extender["tlsConfig"] = {"caFile": str(ca_file)}
+        tls_config: Json = {"caFile": str(ca_file)}
+        if client is not None:
+            tls_config.update(certFile=str(client.cert), keyFile=str(client.key))
+        extender["tlsConfig"] = tls_config
     return config
 
 

@@ -36,7 +36,7 @@ from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.realk8s import ControlPlane
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
-from hami_sim.stack._config import StackConfig, gpu_uuid, write_inventory
+from hami_sim.stack._config import StackConfig, gpu_uuid, write_grant_key, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
@@ -157,6 +157,7 @@ class LocalCluster:
             node_scheduler_policy=self.config.node_policy,
             gpu_scheduler_policy=self.config.gpu_policy,
             sync_wait=10.0,
+            grant_key_file=str(self.config.grant_key_file),
         )
 
     def metrics_settings(self) -> MetricsSettings:
@@ -251,6 +252,7 @@ class LocalCluster:
         self.config.workdir.mkdir(parents=True, exist_ok=True)
         self.config.sockdir.mkdir(parents=True, exist_ok=True)
         write_inventory(self.config)
+        write_grant_key(self.config)
         self.tls = write_serving_certificate(self.config.workdir / "tls")
         real = self.real
         if real is not None:
@@ -282,7 +284,11 @@ class LocalCluster:
             self.extender.start()
         connections = NodeConnections(
             nats_url=self.nats.url,
-            kubeconfig=self._kubeconfig_of("node"),
+            kubeconfig=(
+                await asyncio.to_thread(real.node_kubeconfigs, self.config.node_names())
+                if real is not None
+                else self._kubeconfig_of("node")
+            ),
             kubelet_kubeconfig=str(self.config.kubeconfig),
         )
         progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs")

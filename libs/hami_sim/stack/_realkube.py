@@ -17,6 +17,7 @@ import logging
 import ssl
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -32,13 +33,14 @@ from hami_sim.realk8s import (
     apply,
     deployed,
     free_port,
+    policy_documents,
     rbac_documents,
     scheduler_configuration,
     uts_namespaces_work,
     webhook_configuration,
 )
-from hami_sim.stack._config import StackConfig
-from hami_sim.tls import TlsFiles
+from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig
+from hami_sim.tls import CertificateAuthority, TlsFiles
 
 __all__ = ["ACCOUNTS", "ExtenderReplica", "RealKube"]
 
@@ -83,6 +85,7 @@ class RealKube:
         self.separate_hosts = uts_namespaces_work()
         self._documents: list[Json] = []
         self._tls: TlsFiles | None = None
+        self._client: TlsFiles | None = None  # kube-scheduler's client certificate for the extender
 
     # --- start-up, in order -------------------------------------------------------------------------------
 
@@ -92,6 +95,7 @@ class RealKube:
         self.plane.write_kubeconfig(self.config.kubeconfig)
         self._documents = deployed(self.binaries)
         apply(self.binaries, self.config.kubeconfig, rbac_documents(self._documents))
+        apply(self.binaries, self.config.kubeconfig, policy_documents(self._documents))
         for account in ACCOUNTS.values():
             token = self.plane.token(SYSTEM_NAMESPACE, account)
             path = self.plane.workdir / f"{account}.kubeconfig"
@@ -100,8 +104,20 @@ class RealKube:
     def kubeconfig_of(self, service: str) -> str:
         return str(self.credentials[ACCOUNTS[service]])
 
+    def node_kubeconfigs(self, nodes: Iterable[str]) -> str:
+        """One kubeconfig per node, with a token bound to that Node (its ``node-name`` claim is what the
+        hami-node-restriction policy checks, as a DaemonSet pod's projected token carries it); returns the
+        path with ``{node}`` in place of the name (:data:`NODE_PLACEHOLDER`). The Nodes must exist."""
+        account = ACCOUNTS["node"]
+        for node in nodes:
+            token = self.plane.token(SYSTEM_NAMESPACE, account, node=node)
+            self.plane.write_token_kubeconfig(self.plane.workdir / f"{account}-{node}.kubeconfig", token)
+        return str(self.plane.workdir / f"{account}-{NODE_PLACEHOLDER}.kubeconfig")
+
     def start_extenders(self, base: ExtenderSettings, tls: TlsFiles) -> None:
-        """One ``hami-extender`` process per replica, over HTTPS, as the scheduler pod runs it."""
+        """One ``hami-extender`` process per replica, over mutual TLS, as the scheduler pod runs it: callers
+        present a client certificate signed by ``tls``'s CA (kube-scheduler's, made here)."""
+        client = CertificateAuthority(tls.ca.parent).client("kube-scheduler-client", "hami-scheduler")
         replicas = max(self.config.scheduler_replicas, 1)
         elect = self.separate_hosts or replicas > 1
         if replicas > 1 and not self.separate_hosts:
@@ -115,6 +131,7 @@ class RealKube:
                 http_port=port,
                 tls_cert_file=str(tls.cert),
                 tls_key_file=str(tls.key),
+                tls_client_ca_file=str(tls.ca),
                 kubeconfig=self.kubeconfig_of("scheduler"),
                 identity=identity,
                 leader_elect=elect,
@@ -127,7 +144,7 @@ class RealKube:
             peer = Peer(f"hami-extender-{index}", argv, self.plane.workdir / "logs" / f"hami-extender-{index}.log")
             peer.start()
             self.replicas.append(ExtenderReplica(index=index, identity=identity, port=port, extender=peer))
-        self._tls = tls
+        self._tls, self._client = tls, client
 
     def extenders_ready(self) -> bool:
         """Every extender answers /readyz and its ledger holds every node."""
@@ -135,9 +152,10 @@ class RealKube:
 
     def extender_state(self, replica: ExtenderReplica) -> Json:
         """What the replica's /readyz says (leader, synced, nodes, ...), or {} while it does not answer."""
-        if self._tls is None:
+        if self._tls is None or self._client is None:
             return {}
         context = ssl.create_default_context(cafile=str(self._tls.ca))
+        context.load_cert_chain(str(self._client.cert), str(self._client.key))
         conn = http.client.HTTPSConnection("127.0.0.1", replica.port, context=context, timeout=5)
         try:
             conn.request("GET", "/readyz")
@@ -177,13 +195,14 @@ class RealKube:
         return bool(made.get("spec", {}).get("schedulerName") == "hami-scheduler")
 
     def start_schedulers(self) -> None:
-        if self._tls is None:
+        if self._tls is None or self._client is None:
             raise RuntimeError("start the extenders first")
         for replica in self.replicas:
             config = scheduler_configuration(
                 self._documents,
                 extender_url=replica.url,
                 ca_file=self._tls.ca,
+                client=self._client,
                 kubeconfig=Path(self.kubeconfig_of("scheduler")),
             )
             scheduler = KubeScheduler(

@@ -122,6 +122,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 handoff_wait=s.handoff_wait,
                 call_timeout=s.kube_timeout,
                 filter_times=filter_times,
+                scheduler_name=s.scheduler_name,
             )
             handshakes = NodeHandshakes(clock=_local_now, leading=lambda: leadership.leading)
             sync = LedgerSync(
@@ -142,6 +143,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 resources=s.resource_config(),
                 patch_timeout=s.kube_timeout,
                 filter_times=filter_times,
+                grant_key=s.grant_key(),
             )
             recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
             readiness = Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait)

@@ -31,7 +31,15 @@ from hami_common.annotations import (
     encode_node_lock,
     encode_unix_seconds,
 )
-from hami_common.errors import AnnotationError, Conflict, Forbidden, HamiError, NotFound, TransientError
+from hami_common.errors import (
+    AnnotationError,
+    Conflict,
+    Forbidden,
+    HamiError,
+    InvalidInput,
+    NotFound,
+    TransientError,
+)
 from hami_common.events import ContainerPlacement, PlacedDevice, PlacementDecision
 from hami_common.kube import (
     AnnotationChanges,
@@ -46,6 +54,7 @@ from hami_common.kube import (
     update_node_annotations,
 )
 from hami_common.resources import ResourceConfig
+from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_common.tracing import context_from_annotation, tracer
 from hami_extender.handoff import NodeHandoff
 from hami_extender.ledger import Booking, Ledger
@@ -59,6 +68,8 @@ from hami_extender.wire import BindingArgs
 __all__ = ["BindPort", "Binder", "placement_of"]
 
 UNLOCK_RETRY_S: Final = 1.0  # a lock that could not be removed is tried again after this long
+# A pod in these bind phases is bound, or being bound by a HAMi scheduler that patches them before binding.
+_BOUND_PHASES: Final = frozenset({BIND_PHASE_ALLOCATING, BIND_PHASE_SUCCESS})
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +132,13 @@ class _CacheFirst:
 
 
 @dataclass(eq=False)
+class _Attempt:
+    """How far one bind got: once the Binding is sent, its outcome is the apiserver's to tell."""
+
+    posted: bool = False
+
+
+@dataclass(eq=False)
 class Binder:
     ledger: Ledger
     handoff: NodeHandoff
@@ -134,6 +152,7 @@ class Binder:
     handoff_wait: float = 10.0
     call_timeout: float = 10.0
     filter_times: FilterTimes = field(default_factory=FilterTimes)
+    scheduler_name: str = DEFAULT_SCHEDULER_NAME  # binds only pods whose spec.schedulerName is this
     _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
     unlock_failures: int = 0
     unlocks_handled: int = 0  # ended holds whose lock annotation was removed, found gone, or failed to go
@@ -144,42 +163,61 @@ class Binder:
     # --- bind ------------------------------------------------------------------------------------------------
 
     async def bind(self, args: BindingArgs) -> None:
-        """Bind the pod or raise a ``HamiError``; every failure undoes the reservation and the hold."""
-        try:
-            pod = await self._pod(args)
-        except HamiError:
-            self.ledger.release(args.pod_uid)
-            raise
-        uid = pod.metadata.uid
+        """Bind the pod or raise a ``HamiError``.
+
+        A failure undoes the reservation and the hold only of a pod known to be unbound. The booking of a
+        pod that is bound must outlive every bind request that names it (a second bind, a bind elsewhere, a
+        made-up pod name with its uid): dropped, its card would be offered again while the pod runs on it.
+        """
+        # A pod that cannot be read, or whose uid is not the one asked for, releases nothing: if it was
+        # deleted, the watch releases its booking; the uid may be another, running pod's.
+        pod = await self._pod(args)
+        meta = pod.metadata
+        uid = meta.uid
+        if pod.spec.scheduler_name != self.scheduler_name:
+            raise InvalidInput(
+                f"pod {meta.namespace}/{meta.name} has schedulerName {pod.spec.scheduler_name!r}, "
+                f"not {self.scheduler_name!r}: this extender binds only its own scheduler's pods"
+            )
+        if pod.spec.node_name:
+            if pod.spec.node_name == args.node:
+                return  # a repeated bind: the pod is where it was asked to be, and its hand-off stands
+            raise Conflict(f"pod {meta.namespace}/{meta.name} is already bound to {pod.spec.node_name}")
         with tracer().start_as_current_span(
-            spans.BIND, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
+            spans.BIND, context=context_from_annotation(meta.annotations.get(TRACE_CONTEXT))
         ) as span:
             span.set_attribute(logkeys.POD_UID, uid)
             span.set_attribute(logkeys.NODE, args.node)
             started = time.perf_counter_ns()
+            attempt = _Attempt()
             try:
-                booking, bind_time, handoff_wait = await self._bind(pod, args.node)
+                booking, bind_time, handoff_wait = await self._bind(pod, args.node, attempt)
             except (HamiError, TimeoutError) as err:
-                self.ledger.release(uid)
-                self._end_hold(uid)
+                if not attempt.posted:
+                    # refused before the Binding was sent: the pod is as read, and unbound
+                    if meta.annotations.get(BIND_PHASE) not in _BOUND_PHASES:
+                        self.ledger.release(uid)
+                        self._end_hold(uid)
+                elif await self._after_failed_post(pod, args.node):
+                    return  # it is bound there after all (a 409 of a bind that landed before)
                 message = str(err) or "timed out"
                 self.notices.emit(reference_to(pod, "Pod"), "Warning", BINDING_FAILED, message)
                 log.warning(
                     "bind of pod %s/%s to %s failed: %s",
-                    pod.metadata.namespace,
-                    pod.metadata.name,
+                    meta.namespace,
+                    meta.name,
                     args.node,
                     message,
                     extra={logkeys.POD_UID: uid, logkeys.NODE: args.node},
                 )
                 if isinstance(err, TimeoutError):
-                    raise TransientError(f"bind of pod {pod.metadata.name} timed out") from err
+                    raise TransientError(f"bind of pod {meta.name} timed out") from err
                 raise
             self.notices.emit(
                 reference_to(pod, "Pod"),
                 "Normal",
                 BINDING_SUCCEED,
-                f"Successfully binding node [{args.node}] to {pod.metadata.namespace}/{pod.metadata.name}",
+                f"Successfully binding node [{args.node}] to {meta.namespace}/{meta.name}",
             )
             if booking is not None:
                 decision = msgspec.structs.replace(
@@ -195,6 +233,26 @@ class Binder:
                 finally:
                     place.end()
 
+    async def _after_failed_post(self, pod: Pod, node: str) -> bool:
+        """After the Binding failed (409, timeout): read the pod back and undo only what it shows to be ours
+        to undo. True when the pod is bound to ``node`` after all, which is no failure."""
+        meta = pod.metadata
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                now = await self.kube.get_pod(meta.namespace, meta.name)
+        except (HamiError, TimeoutError):
+            return False  # unknown: it may be bound; the booking and the hold stay until the watch tells
+        if now.metadata.uid != meta.uid:
+            return False  # deleted (and made again): the watch releases its booking and hold
+        if now.spec.node_name == node:
+            return True
+        held = self.handoff.holder(node)
+        if held is not None and held.uid == meta.uid:
+            self._end_hold(meta.uid)  # the pod is not coming to this node: the hold this call took goes
+        if not now.spec.node_name and now.metadata.annotations.get(BIND_PHASE) not in _BOUND_PHASES:
+            self.ledger.release(meta.uid)
+        return False
+
     async def _pod(self, args: BindingArgs) -> Pod:
         pod = self.cached_pod(args.pod_namespace, args.pod_name)
         if pod is None or (args.pod_uid and pod.metadata.uid != args.pod_uid):
@@ -204,7 +262,7 @@ class Binder:
             raise Conflict(f"pod {args.pod_namespace}/{args.pod_name} has uid {pod.metadata.uid}, not {args.pod_uid}")
         return pod
 
-    async def _bind(self, pod: Pod, node: str) -> tuple[Booking | None, datetime, int | None]:
+    async def _bind(self, pod: Pod, node: str, attempt: _Attempt) -> tuple[Booking | None, datetime, int | None]:
         """Lock, mark and bind; returns the booking, the bind time and how long the hand-off waited (ns)."""
         meta = pod.metadata
         handoff_wait: int | None = None
@@ -241,6 +299,7 @@ class Binder:
         # Binding's annotations onto the pod as it binds it: one round trip, and no "allocating" pod that
         # never got bound.
         marks = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)}
+        attempt.posted = True
         async with asyncio.timeout(self.call_timeout):
             await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid, annotations=marks)
         return booking, bind_time, handoff_wait

@@ -5,28 +5,38 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from hami_common.grants import GrantSettings
 from hami_common.kube import KubeSettings
 from hami_common.resources import ResourceConfig
-from hami_common.scheduling import SchedulerDefaults
+from hami_common.scheduling import DEFAULT_SCHEDULER_NAME, SchedulerDefaults
 from hami_common.settings import BusSettings, setting
 
 __all__ = ["ExtenderSettings"]
 
 
 @dataclass(frozen=True, slots=True)
-class ExtenderSettings(BusSettings):
+class ExtenderSettings(BusSettings, GrantSettings):
     """HAMi-compatible kube-scheduler extender: /filter, /bind, /prioritize."""
 
     http_host: str = setting("127.0.0.1", "address the HTTP API listens on")
     http_port: int = setting(8080, "port of the HTTP API")
     tls_cert_file: str = setting("", "PEM certificate; with a key, the API is served over HTTPS")
     tls_key_file: str = setting("", "PEM private key of the certificate")
+    tls_client_ca_file: str = setting(
+        "", "PEM CA bundle; with it, every client must present a certificate it signed (mutual TLS)"
+    )
+    health_port: int = setting(
+        0, "plain-HTTP port on all addresses answering GET /healthz only, for the kubelet's probes (0: none)"
+    )
     bearer_token: str = setting("", "if set, requests must carry 'Authorization: Bearer <token>'")
     kubeconfig: str = setting("", "kubeconfig path; empty: in-cluster config, else $KUBECONFIG")
     kube_context: str = setting("", "kubeconfig context (empty: the current one)")
     kube_timeout: float = setting(10.0, "seconds each API request may take")
     kube_watch_seconds: int = setting(300, "seconds a watch stays open before it is renewed")
-    scheduler_name: str = setting("hami-scheduler", "component name on the Events it records")
+    scheduler_name: str = setting(
+        DEFAULT_SCHEDULER_NAME,
+        "the kube-scheduler profile served: only its pods (spec.schedulerName) are bound; the Events' component",
+    )
     node_scheduler_policy: str = setting("binpack", "default node policy: binpack or spread")
     gpu_scheduler_policy: str = setting("spread", "default GPU policy: binpack, spread, topology-aware, mutex, numa")
     node_label_selector: str = setting("", "only nodes matching this label selector are watched")
