@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -111,6 +112,7 @@ def test_filter_decoder_answers_any_json_with_args_or_invalid_input(value: objec
             decode_filter_args(body)
 
 
+DEEP = 100_000
 MALFORMED = [
     pytest.param(b"{not json", "decode extender args", id="bad JSON"),
     pytest.param(b'{"NodeNames":["node1"]}', "extender args missing pod", id="no pod"),
@@ -118,6 +120,9 @@ MALFORMED = [
     pytest.param(b"[1,2,3]", "decode extender args", id="an array instead of an object"),
     pytest.param(b'{"Pod":{"spec":{"containers":"x"}}}', "decode extender args", id="a pod of the wrong shape"),
     pytest.param(b'{"Pod":{}, "NodeNames":' + b'"x" ' * (1 << 19) + b"}", "EOF", id="a body over 1 MiB"),
+    # 100,000 levels: past any recursion limit a library might have raised (Python's default is 1,000)
+    pytest.param(b'{"x":' + b"[" * DEEP + b"]" * DEEP + b"}", "recursion", id="JSON nested 100,000 deep"),
+    pytest.param(b'{"Pod":{"metadata":{"x":' + b"[" * DEEP + b"]" * DEEP + b"}}}", "recursion", id="a pod nested deep"),
 ]
 
 
@@ -132,10 +137,24 @@ async def test_malformed_filter_args_get_200_with_error_and_the_server_keeps_ser
     assert (await extender.client.get("/healthz")).status_code == 200
 
 
-async def test_malformed_binding_args_get_200_with_error(extender: Served) -> None:
-    response = await extender.client.post("/bind", content=b'{"PodName": 7}')
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"PodName": 7}', id="a field of the wrong type"),
+        pytest.param(b'{"PodName":"p","Node":' + b"[" * DEEP + b"]" * DEEP + b"}", id="JSON nested 100,000 deep"),
+    ],
+)
+async def test_malformed_binding_args_get_200_with_error(extender: Served, body: bytes) -> None:
+    response = await extender.client.post("/bind", content=body)
     assert response.status_code == 200
-    assert response.json()["Error"]
+    assert response.json()["Error"].startswith("decode")
+    assert (await extender.client.get("/healthz")).status_code == 200
+
+
+@pytest.mark.parametrize("decode", [decode_filter_args, decode_binding_args])
+def test_json_nested_past_the_recursion_limit_is_invalid_input(decode: Callable[[bytes], object]) -> None:
+    with pytest.raises(InvalidInput, match="recursion"):
+        decode(b'{"Pod":' + b"[" * DEEP + b"]" * DEEP + b', "PodName":"p", "Node":"n"}')
 
 
 @pytest.mark.parametrize("path", ["/filter", "/bind", "/prioritize"])

@@ -163,3 +163,23 @@ async def test_quota_against_a_resourcequota_and_placed_pods(
     assert response["allowed"] is fits
     if not fits:
         assert response["status"] == {"code": 403, "reason": "Forbidden", "message": "exceeding resource quota"}
+
+
+async def test_a_placed_pod_without_the_node_label_still_counts_against_the_quota(
+    core: Any, kubeconfig: Path, tls_files: TlsFiles
+) -> None:
+    """The hami.io/vgpu-node label is the tenant's to remove; the device annotation is not (issue 16 item 10)."""
+    core.create_namespace({"metadata": {"name": "team-a"}})
+    core.create_namespaced_resource_quota(
+        "team-a", {"metadata": {"name": "gpu"}, "spec": {"hard": {MEM_LIMIT: "2000"}}}
+    )
+    unlabelled = pod(container(limits=gpu("1000")), name="running", namespace="team-a", scheduler="hami-scheduler")
+    unlabelled["metadata"]["labels"].pop(VGPU_NODE, None)
+    unlabelled["metadata"]["annotations"] = {DEVICES_ALLOCATED: "GPU-a,NVIDIA,1000,0:;", VGPU_NODE: "node-1"}
+    core.create_namespaced_pod("team-a", unlabelled)
+    with served(cluster_settings(tls_files, kubeconfig), tls_files.cert) as webhook:
+        await ready(webhook)
+        response = webhook.admit(review(pod(container(limits=gpu("1500")), namespace="team-a")))
+        assert response["allowed"] is False
+        assert response["status"]["message"] == "exceeding resource quota"
+        assert webhook.admit(review(pod(container(limits=gpu("1000")), namespace="team-a")))["allowed"] is True

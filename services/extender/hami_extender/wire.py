@@ -128,10 +128,15 @@ _BINDING: Final = msgspec.json.Decoder(BindingArgs)
 _ENCODER: Final = msgspec.json.Encoder()
 
 
+# msgspec raises RecursionError (not DecodeError) for JSON nested past Python's recursion limit, even inside a
+# value it only skips; that is the client's malformed input, not our fault, so it is InvalidInput too.
+_UNDECODABLE: Final = (msgspec.DecodeError, RecursionError)
+
+
 def _fields(body: bytes) -> dict[str, msgspec.Raw]:
     try:
         top = _TOP.decode(body)
-    except msgspec.DecodeError as err:
+    except _UNDECODABLE as err:
         raise InvalidInput(f"decode extender args: {err}") from err
     return {key.lower(): value for key, value in top.items()}  # Go matches keys case-insensitively
 
@@ -144,7 +149,7 @@ def _field(decoder: msgspec.json.Decoder[T], raw: msgspec.Raw | None, what: str)
         return None
     try:
         return decoder.decode(raw)
-    except msgspec.DecodeError as err:
+    except _UNDECODABLE as err:
         raise InvalidInput(f"decode extender args: {what}: {err}") from err
 
 
@@ -195,7 +200,7 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     canonical = {names[k]: v for k, v in fields.items() if k in names}
     try:
         args = _BINDING.decode(_ENCODER.encode(canonical))
-    except msgspec.DecodeError as err:
+    except _UNDECODABLE as err:
         raise InvalidInput(f"decode binding args: {err}") from err
     if not args.pod_name or not args.node:
         raise InvalidInput("binding args need PodName and Node")

@@ -10,12 +10,14 @@ The order on CREATE:
 4. per container, init containers first: percentage validation (``Errored(500)``), ``CUDA_TASK_PRIORITY``,
    ``GPU_CORE_UTILIZATION_POLICY``, defaultGPUNum, exclusive-by-default cores, runtimeClassName,
    ``NVIDIA_VISIBLE_DEVICES=none``; (ours) ``CUDA_DISABLE_CONTROL`` removed from GPU containers;
-5. a privileged container in a GPU pod → denied ``container <name> is privileged``;
+5. a privileged container in a GPU pod → denied ``container <name> is privileged``; (ours) one adding
+   CAP_SYS_ADMIN → denied ``container <name> adds CAP_SYS_ADMIN``;
 6. schedulerName set; a pod with a nodeName → denied ``pod has node assigned``;
 7. the namespace quota → denied ``exceeding resource quota``;
 8. (ours) the trace context annotation; the patch.
 
-On UPDATE only the guards of step 2 apply; other operations are allowed as they are.
+On UPDATE only the guards of step 2 apply, plus step 5 for ephemeral containers newly added to a GPU pod
+(``pods/ephemeralcontainers``); other operations are allowed as they are.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ QUOTA_EXCEEDED: Final = "exceeding resource quota"
 NO_CONTENT: Final = "there is no content to decode"
 RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
 EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
+SYS_ADMIN_ADDED: Final = "container {name} adds CAP_SYS_ADMIN"
 
 HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
@@ -179,7 +182,29 @@ def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: Ad
         for name in names:
             if res.asks_for(name):
                 return _denied(EPHEMERAL_GPU.format(name=ctr.name, resource=name), pod)
+    if req.operation == UPDATE and _is_gpu_pod(pod, names):
+        # An ephemeral container added to a GPU pod (pods/ephemeralcontainers) shares its namespaces: a
+        # privileged one could reach the GPUs and the interposer's files as a privileged GPU container would.
+        # Only newly added ones count, so the system's later patches of an older pod keep working.
+        existing = {ctr.name for ctr in old.spec.ephemeral_containers} if old is not None else set()
+        for ctr in pod.spec.ephemeral_containers:
+            if ctr.name not in existing and (escalation := _escalation(ctr)) is not None:
+                return _denied(f"ephemeral {escalation}", pod)
     return None
+
+
+def _escalation(ctr: ContainerSpec) -> str | None:
+    """Why a container may not run in a GPU pod, or None: it escapes the isolation the interposer relies on."""
+    if ctr.privileged:
+        return PRIVILEGED.format(name=ctr.name)
+    if ctr.adds_sys_admin:
+        return SYS_ADMIN_ADDED.format(name=ctr.name)
+    return None
+
+
+def _is_gpu_pod(pod: PodView, names: tuple[str, ...]) -> bool:
+    containers = (*pod.spec.init_containers, *pod.spec.containers)
+    return any(ctr.as_resources().asks_for(name) for ctr in containers for name in names)
 
 
 def _gpu_resource_names(config: ResourceConfig) -> tuple[str, ...]:
@@ -229,8 +254,8 @@ def _create(
                 if runtime_class is None and policy.runtime_class_name:
                     runtime_class = edits.runtime_class_name = policy.runtime_class_name
     for ctr in (*pod.spec.init_containers, *pod.spec.containers):
-        if gpu_containers and ctr.privileged:
-            return _denied(PRIVILEGED.format(name=ctr.name), pod)
+        if gpu_containers and (escalation := _escalation(ctr)) is not None:
+            return _denied(escalation, pod)
     if gpu_containers and policy.scheduler_name:
         edits.scheduler_name = policy.scheduler_name
         if pod.spec.node_name:

@@ -1,4 +1,4 @@
-"""What the webhook keeps from the apiserver: watch caches of ResourceQuotas, placed GPU pods and namespaces.
+"""What the webhook keeps from the apiserver: watch caches of ResourceQuotas, pods and namespaces.
 
 The request path reads only this in-memory state (no per-request I/O). Until the caches have listed once,
 :meth:`ClusterState.namespace` answers with what it has (no quota, no permission to disable control):
@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from hami_common.annotations import VGPU_NODE
 from hami_common.kube import (
     Backoff,
     KubeClient,
@@ -76,7 +75,10 @@ class ClusterState:
         self.book = QuotaBook(self.config)
         self.quotas = WatchCache(quota_source(self.kube), backoff=backoff, name="resourcequotas")
         self.quotas.add_handler(self.book.on_quota)
-        self.pods = WatchCache(pod_source(self.kube, label_selector=VGPU_NODE), backoff=backoff, name="gpu pods")
+        # Every pod, not only those labelled hami.io/vgpu-node: labels are the tenant's to remove, and a pod
+        # that dropped it would leave the watch and its devices the namespace's usage. What counts is the
+        # scheduler-owned device annotation (which the webhook guards), read by pod_usage.
+        self.pods = WatchCache(pod_source(self.kube), backoff=backoff, name="pods")
         self.pods.add_handler(self.book.on_pod)
         if self.disable_control_rule is not None:
             source = ListWatch(self.kube, "namespaces", Namespace, self.kube.core.list_namespace)

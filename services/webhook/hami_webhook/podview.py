@@ -15,6 +15,8 @@ from hami_common.resources import ContainerResources
 __all__ = [
     "POD_API_VERSION",
     "POD_KIND",
+    "SYS_ADMIN",
+    "Capabilities",
     "ContainerSpec",
     "EnvVar",
     "PodMeta",
@@ -27,6 +29,7 @@ __all__ = [
 
 POD_API_VERSION = "v1"
 POD_KIND = "Pod"
+SYS_ADMIN = "SYS_ADMIN"  # a capability as securityContext.capabilities names it (with or without CAP_)
 # Far beyond any quantity the apiserver stores; longer digit strings would not even convert to int.
 MAX_QUANTITY_LENGTH = 64
 
@@ -42,8 +45,13 @@ class EnvVar(_Wire, frozen=True):
     value: str | None = None
 
 
+class Capabilities(_Wire, frozen=True):
+    add: tuple[str, ...] | None = None
+
+
 class SecurityContext(_Wire, frozen=True):
     privileged: bool | None = None
+    capabilities: Capabilities | None = None
 
 
 class Resources(_Wire, frozen=True):
@@ -60,6 +68,13 @@ class ContainerSpec(_Wire, frozen=True):
     @property
     def privileged(self) -> bool:
         return self.security_context is not None and self.security_context.privileged is True
+
+    @property
+    def adds_sys_admin(self) -> bool:
+        """CAP_SYS_ADMIN lets a container remount what the device plugin mounted (the interposer's preload)."""
+        ctx = self.security_context
+        added = ctx.capabilities.add if ctx is not None and ctx.capabilities is not None else None
+        return any(cap.upper().removeprefix("CAP_") == SYS_ADMIN for cap in added or ())
 
     def as_resources(self) -> ContainerResources:
         """The limits and requests in the form :mod:`hami_common.resources` reads."""
@@ -105,6 +120,8 @@ def decode_pod(raw: bytes) -> PodView:
     try:
         pod = _DECODER.decode(raw)
     except msgspec.DecodeError as err:  # ValidationError is a DecodeError
+        raise InvalidInput(f"cannot decode the pod: {err}") from err
+    except RecursionError as err:  # nested past the recursion limit: malformed input all the same
         raise InvalidInput(f"cannot decode the pod: {err}") from err
     if (pod.api_version or pod.kind) and (pod.api_version, pod.kind) != (POD_API_VERSION, POD_KIND):
         raise InvalidInput(f"expected a {POD_API_VERSION} {POD_KIND}, got {pod.api_version} {pod.kind}")

@@ -1,9 +1,9 @@
 """Namespace GPU quota as the webhook sees it (hami-protocol §4.8): limits from ResourceQuotas, usage from pods.
 
-:class:`QuotaBook` is fed by two watch caches (ResourceQuotas, and pods that carry the ``hami.io/vgpu-node``
-label, i.e. pods the extender placed) and keeps per-namespace totals incrementally, so a request reads
-two dictionary entries. A pod's usage is its device annotation, init containers collapsed (§4.9); pods
-that finished hold nothing.
+:class:`QuotaBook` is fed by two watch caches (ResourceQuotas, and every pod: a label such as
+``hami.io/vgpu-node`` is the tenant's to remove, so usage comes from the scheduler-owned device annotation
+alone) and keeps per-namespace totals incrementally, so a request reads two dictionary entries. A pod's
+usage is its device annotation, init containers collapsed (§4.9); pods that finished hold nothing.
 """
 
 from __future__ import annotations

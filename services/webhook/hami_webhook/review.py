@@ -7,6 +7,8 @@ that is fine but carries a broken pod is answered inside a well-formed Admission
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Final
 
 import msgspec
@@ -22,12 +24,14 @@ __all__ = [
     "AdmissionRequest",
     "AdmissionResponse",
     "AdmissionReview",
+    "NestedTooDeep",
     "ResponseReview",
     "ResultStatus",
     "UserInfo",
     "decode_review",
     "encode_review",
     "is_empty",
+    "recover_uid",
 ]
 
 ADMISSION_V1: Final = "admission.k8s.io/v1"
@@ -100,12 +104,19 @@ _DECODER: Final = msgspec.json.Decoder(AdmissionReview)
 _ENCODER: Final = msgspec.json.Encoder()
 
 
+class NestedTooDeep(InvalidInput):
+    """The JSON nests deeper than the decoder recurses (msgspec raises RecursionError, even for skipped
+    values); :func:`recover_uid` may still find whom to answer."""
+
+
 def decode_review(body: bytes) -> tuple[AdmissionReview, AdmissionRequest]:
     """The envelope and its request; raises InvalidInput when no answer can be addressed to it."""
     try:
         review = _DECODER.decode(body)
     except msgspec.DecodeError as err:
         raise InvalidInput(f"cannot decode the AdmissionReview: {err}") from err
+    except RecursionError as err:
+        raise NestedTooDeep(f"cannot decode the AdmissionReview: {err}") from err
     if review.kind != REVIEW_KIND or review.api_version not in API_VERSIONS:
         raise InvalidInput(
             f"expected an {REVIEW_KIND} of {ADMISSION_V1} or {ADMISSION_V1BETA1}, "
@@ -118,3 +129,56 @@ def decode_review(body: bytes) -> tuple[AdmissionReview, AdmissionRequest]:
 
 def encode_review(review: ResponseReview) -> bytes:
     return _ENCODER.encode(review)
+
+
+# What recover_uid reads: JSON strings (escapes included) and structural characters; numbers, literals and
+# whitespace fall between matches. kube-apiserver writes request.uid near the start (kind, apiVersion, then
+# request with uid first), so the scan stops at a fixed prefix and a hostile body costs little.
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[\[\]{}:,]')
+_SCAN_LIMIT: Final = 64 * 1024
+_REQUEST_KEY: Final = "request"
+
+
+class _Frame:
+    __slots__ = ("is_object", "key", "name", "want_key")
+
+    def __init__(self, is_object: bool, name: str | None) -> None:
+        self.is_object = is_object
+        self.name = name  # the key this container is the value of (None in an array or at the top)
+        self.key: str | None = None  # the object's current key
+        self.want_key = is_object
+
+
+def recover_uid(body: bytes) -> tuple[str, str] | None:
+    """(apiVersion, request.uid) of an envelope too deeply nested to decode, read without recursion from its
+    first 64 KiB; None when the uid is not there. The apiVersion defaults to v1 when it is not known."""
+    frames: list[_Frame] = []
+    api_version = ADMISSION_V1
+    for match in _TOKEN.finditer(body, 0, min(len(body), _SCAN_LIMIT)):
+        token = match.group()
+        top = frames[-1] if frames else None
+        if token in (b"{", b"["):
+            name = top.key if top is not None and top.is_object else None
+            frames.append(_Frame(token == b"{", name))
+        elif token in (b"}", b"]"):
+            if not frames:
+                return None
+            frames.pop()
+        elif token == b":" and top is not None:
+            top.want_key = False
+        elif token == b"," and top is not None and top.is_object:
+            top.want_key, top.key = True, None
+        elif token.startswith(b'"') and top is not None:
+            try:
+                text = json.loads(token)
+            except ValueError:
+                return None
+            if not isinstance(text, str):
+                return None
+            if top.is_object and top.want_key:
+                top.key = text
+            elif len(frames) == 1 and top.key == "apiVersion" and text in API_VERSIONS:
+                api_version = text
+            elif len(frames) == 2 and top.name == _REQUEST_KEY and top.key == "uid":
+                return api_version, text
+    return None

@@ -29,10 +29,12 @@ from hami_webhook.review import (
     JSON_PATCH,
     AdmissionRequest,
     AdmissionResponse,
+    NestedTooDeep,
     ResponseReview,
     ResultStatus,
     decode_review,
     encode_review,
+    recover_uid,
 )
 from hami_webhook.settings import MAX_BODY_BYTES
 
@@ -90,6 +92,12 @@ class Reviewer:
         except InvalidInput as err:
             self.stats["malformed"] += 1
             log.warning("bad AdmissionReview (%d bytes): %s", len(body), err)
+            recovered = recover_uid(body) if isinstance(err, NestedTooDeep) else None
+            if recovered is not None:
+                # The apiserver matches answers by uid: with it, the refusal reads as this webhook's 400,
+                # not as a broken webhook ("expected response.uid").
+                api_version, uid = recovered
+                return HTTP_OK, error_review(HTTP_BAD_REQUEST, str(err), uid, api_version)
             return HTTP_BAD_REQUEST, error_review(HTTP_BAD_REQUEST, str(err))
         parent = None
         if headers is not None and TRACEPARENT in headers:

@@ -1,5 +1,6 @@
 """Serving the app with uvicorn over TLS, the certificate reloaded when its files change.
 
+Connections are bounded by :mod:`hami_webhook.connections` (read deadline, header budget, a cap).
 uvicorn builds its own SSL context from file names once; the webhook instead hands it the
 :class:`~hami_webhook.tls.ReloadingCertificate`'s context, which a watcher task refreshes. Signals belong
 to :mod:`hami_common.service`, which sets ``stop``; uvicorn's own signal capture is switched off.
@@ -16,6 +17,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from hami_webhook.connections import GuardedConfig
 from hami_webhook.settings import WebhookSettings
 from hami_webhook.tls import ReloadingCertificate
 
@@ -31,8 +33,9 @@ class WebhookServer(uvicorn.Server):
 
 
 def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, ReloadingCertificate | None]:
-    config = uvicorn.Config(
+    config = GuardedConfig(
         app,
+        limits=settings.connection_limits(),
         host=settings.host,
         port=settings.port,
         log_config=None,

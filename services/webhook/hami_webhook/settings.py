@@ -9,6 +9,7 @@ from hami_common.kube import KubeSettings
 from hami_common.resources import ResourceConfig
 from hami_common.settings import BusSettings, setting
 from hami_webhook.admission import AdmissionPolicy
+from hami_webhook.connections import ConnectionLimits
 
 __all__ = ["DEFAULT_SYSTEM_USERS", "WebhookSettings"]
 
@@ -49,6 +50,18 @@ class WebhookSettings(KubeSettings, BusSettings):
     publish_timeout: float = setting(0.5, "seconds one event publish may take before it is dropped")
     event_queue: int = setting(4096, "admission events buffered while NATS is slow or down; more are dropped")
     max_body_bytes: int = setting(MAX_BODY_BYTES, "largest AdmissionReview accepted")
+    max_connections: int = setting(1024, "open connections at most; at the cap the oldest idle one is dropped")
+    read_timeout: float = setting(10.0, "seconds a connection has to deliver a whole request (after TLS or an answer)")
+    keep_alive_timeout: float = setting(5.0, "seconds an idle keep-alive connection is kept (whole seconds)")
+    max_header_bytes: int = setting(64 * 1024, "largest request head (request line and headers) accepted")
+
+    def connection_limits(self) -> ConnectionLimits:
+        return ConnectionLimits(
+            max_connections=self.max_connections,
+            read_timeout=self.read_timeout,
+            keep_alive_timeout=self.keep_alive_timeout,
+            max_header_bytes=self.max_header_bytes,
+        )
 
     def policy(self) -> AdmissionPolicy:
         return AdmissionPolicy(

@@ -10,6 +10,7 @@ import logging
 from typing import Final
 
 from fastapi import APIRouter, Request, Response
+from starlette.requests import ClientDisconnect
 
 from hami_webhook.deps import ReviewerDep
 from hami_webhook.reviewer import HTTP_BAD_REQUEST, HTTP_INTERNAL, INTERNAL_ERROR, error_review
@@ -57,6 +58,9 @@ async def review_admission(request: Request, reviewer: ReviewerDep) -> Response:
         body = await _read_body(request, reviewer.max_body_bytes)
     except _TooLarge:
         return _bad_request(f"request body is larger than {reviewer.max_body_bytes} bytes")
+    except ClientDisconnect:  # dropped mid-body (read deadline, or evicted at the connection cap): nobody to answer
+        log.debug("an admission request was dropped before its body arrived")
+        return Response(status_code=HTTP_BAD_REQUEST)
     try:
         status, payload = reviewer.review(body, request.headers)
     except Exception:  # the one broad catch of this edge: a bug answers in protocol form, never a 500 page

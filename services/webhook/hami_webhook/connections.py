@@ -1,0 +1,216 @@
+"""Bounded connections: what keeps idle or half-sent requests from exhausting the webhook (issue 16 item 8).
+
+uvicorn alone keeps a connection open for as long as its client sends nothing, or sends a request a byte at
+a time: it arms its keep-alive timer only after a first answer, and it caps nothing but the number of
+requests in flight (``limit_concurrency``, which answers 503 to everyone once idle connections fill it).
+8,000 half-sent TLS requests held 724 MB, past the pod's memory limit, and with ``failurePolicy: Fail`` that
+blocks every GPU pod. :class:`GuardedProtocol` adds, per connection:
+
+* a read deadline: a complete request (headers and body) must arrive within ``read_timeout`` seconds of the
+  connection's handshake or of the previous answer, or the connection is closed;
+* a header budget: a request whose headers pass ``max_header_bytes`` is answered 400 and closed;
+* a connection cap shared by the server: at ``max_connections`` the oldest connection that is not being
+  answered (idle, or still sending) is closed to make room, so a flood of idle clients cannot lock the
+  apiserver out; only when every connection is being answered is the newcomer refused.
+
+Connections still in their TLS handshake are bounded by the event loop's handshake timeout (60 s).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import uvicorn
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
+
+__all__ = ["ConnectionGuard", "ConnectionLimits", "GuardedConfig", "GuardedProtocol"]
+
+log = logging.getLogger(__name__)
+
+_WARN_EVERY_S: Final = 10.0  # a flood is summarised, not logged connection by connection
+HEADERS_TOO_LARGE: Final = "request headers too large"
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_connections: int = 1024
+    read_timeout: float = 10.0
+    keep_alive_timeout: float = 5.0
+    max_header_bytes: int = 64 * 1024
+
+
+@dataclass(eq=False)
+class ConnectionGuard:
+    """The server-wide side: live connections, the ones that may be evicted (oldest first), counters."""
+
+    limits: ConnectionLimits
+    counts: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("refused", "evicted", "timed_out", "oversized"), 0)
+    )
+    _live: set[GuardedProtocol] = field(default_factory=set)
+    _waiting: dict[GuardedProtocol, None] = field(default_factory=dict)  # insertion order: oldest first
+    _warned_at: float = float("-inf")
+
+    @property
+    def live(self) -> int:
+        return len(self._live)
+
+    def admit(self, conn: GuardedProtocol) -> bool:
+        """Register a new connection, evicting the oldest waiting one at the cap; False: refuse it."""
+        if len(self._live) >= self.limits.max_connections:
+            victim = next(iter(self._waiting), None)
+            if victim is None:
+                self.count("refused")
+                return False
+            self.forget(victim)
+            self.count("evicted")
+            victim.close("evicted")
+        self._live.add(conn)
+        self._waiting[conn] = None
+        return True
+
+    def serving(self, conn: GuardedProtocol) -> None:
+        self._waiting.pop(conn, None)
+
+    def waiting(self, conn: GuardedProtocol) -> None:
+        if conn in self._live:
+            self._waiting.pop(conn, None)
+            self._waiting[conn] = None  # re-inserted: now the newest
+
+    def forget(self, conn: GuardedProtocol) -> None:
+        self._live.discard(conn)
+        self._waiting.pop(conn, None)
+
+    def count(self, what: str) -> None:
+        self.counts[what] += 1
+        now = time.monotonic()
+        if now - self._warned_at >= _WARN_EVERY_S:
+            self._warned_at = now
+            log.warning(
+                "closing abusive webhook connections (so far: %s; %d open, at most %d)",
+                ", ".join(f"{k} {v}" for k, v in self.counts.items()),
+                len(self._live),
+                self.limits.max_connections,
+            )
+
+
+class GuardedConfig(uvicorn.Config):
+    """uvicorn's Config serving :class:`GuardedProtocol` under ``limits``."""
+
+    def __init__(self, app: Any, *, limits: ConnectionLimits, **kwargs: Any) -> None:
+        # limit_concurrency stays unset: it counts idle connections too and would answer 503 to the apiserver
+        # once idle clients filled it; the guard's cap evicts those instead.
+        super().__init__(
+            app,
+            http=GuardedProtocol,
+            timeout_keep_alive=max(1, round(limits.keep_alive_timeout)),
+            h11_max_incomplete_event_size=limits.max_header_bytes,
+            **kwargs,
+        )
+        self.guard = ConnectionGuard(limits)
+
+
+class GuardedProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with a read deadline, a header budget and a place under the cap."""
+
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        if not isinstance(config, GuardedConfig):
+            raise TypeError("GuardedProtocol needs a GuardedConfig")
+        self._guard = config.guard
+        self._limits = config.guard.limits
+        self._admitted = False
+        self._deadline: asyncio.TimerHandle | None = None
+        self._headers_done = False
+        self._header_bytes = 0
+        self._chunk = 0  # length of the data being parsed
+        self._in_flight = 0  # requests read whole and not yet answered (more than one only when pipelined)
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        if not self._guard.admit(self):
+            transport.abort()
+            return
+        self._admitted = True
+        super().connection_made(transport)
+        self._arm()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm()
+        self._guard.forget(self)
+        if self._admitted:  # a refused connection never reached uvicorn's side
+            super().connection_lost(exc)
+
+    def data_received(self, data: bytes) -> None:
+        self._chunk = len(data)
+        if not self._headers_done:
+            self._header_bytes += len(data)
+        super().data_received(data)
+        too_large = not self._headers_done and self._header_bytes > self._limits.max_header_bytes
+        if too_large and not self.transport.is_closing():
+            self._guard.count("oversized")
+            self.send_400_response(HEADERS_TOO_LARGE)
+
+    # httptools parser callbacks
+
+    def on_message_begin(self) -> None:
+        self._headers_done = False
+        self._header_bytes = self._chunk  # the head starts in the chunk being parsed: count all of it
+        super().on_message_begin()
+
+    def on_headers_complete(self) -> None:
+        self._headers_done = True
+        super().on_headers_complete()
+
+    def on_message_complete(self) -> None:
+        self._disarm()  # the request is in: answering it is the app's business, not the client's
+        self._in_flight += 1
+        self._guard.serving(self)
+        super().on_message_complete()
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        self._in_flight = max(0, self._in_flight - 1)
+        if self._in_flight == 0 and not self.transport.is_closing():
+            self._headers_done = False
+            self._header_bytes = 0
+            self._guard.waiting(self)
+            self._arm()
+
+    # the deadline
+
+    def _arm(self) -> None:
+        self._disarm()
+        self._deadline = self.loop.call_later(self._limits.read_timeout, self._on_deadline)
+
+    def _disarm(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def _on_deadline(self) -> None:
+        self._deadline = None
+        if not self.transport.is_closing():
+            self._guard.count("timed_out")
+            self.close("timed out")
+
+    def close(self, why: str) -> None:
+        """Drop this connection (timed out, or evicted to make room).
+
+        Aborted, not closed: a TLS close waits for the peer's close_notify (up to 30 s), and a client that
+        stopped reading would keep the socket and its buffers for that long.
+        """
+        self._disarm()
+        if self.transport is not None and not self.transport.is_closing():
+            log.debug("dropping webhook connection from %s: %s", self.client, why)
+            self.transport.abort()
