@@ -191,11 +191,20 @@ def test_components_get_no_verb_they_do_not_use(overlay: Rendering, account: str
     assert not {t for t in granted(overlay, account) if t[2] == forbidden}
 
 
-@pytest.mark.parametrize("workload", ["hami-metrics", "hami-nats"])
-def test_bus_only_components_get_no_api_token(overlay: Rendering, workload: str) -> None:
+@pytest.mark.parametrize(
+    ("workload", "grants"),
+    [
+        ("hami-metrics", set()),
+        # the NATS auth callout beside nats-server reviews node tokens, and may do nothing else
+        ("hami-nats", {("authentication.k8s.io", "tokenreviews", "create")}),
+    ],
+)
+def test_bus_only_components_get_no_api_token(
+    overlay: Rendering, workload: str, grants: set[tuple[str, str, str]]
+) -> None:
     pod = next(pod for w, pod in overlay.pod_specs() if w["metadata"]["name"] == workload)
     assert pod["automountServiceAccountToken"] is False
-    assert granted(overlay, pod["serviceAccountName"]) == set()
+    assert granted(overlay, pod["serviceAccountName"]) == grants
 
 
 # --- NATS users: one per service, every password from the Secret ----------------------------------------
@@ -208,7 +217,15 @@ def test_every_service_connects_to_nats_as_its_own_user(overlay: Rendering) -> N
         env = env_of(ref.container)
         if "HAMI_NATS_URL" not in env:
             continue
+        assert env["HAMI_NATS_URL"]["value"].startswith("tls://"), ref.where  # TLS on every connection
+        assert "HAMI_NATS_CA_FILE" in env, ref.where
+        if "HAMI_NATS_TOKEN_FILE" in env:  # a node service: its identity is its node, from the auth callout
+            assert env["HAMI_NATS_IDENTITY"]["value"] == "node-$(HAMI_NODE_NAME)", ref.where
+            assert "HAMI_NATS_USER" not in env, ref.where
+            assert "HAMI_NATS_PASSWORD" not in env, ref.where
+            continue
         user = env["HAMI_NATS_USER"]["value"]
+        assert env["HAMI_NATS_IDENTITY"]["value"] == user, ref.where  # its own inbox prefix
         assert user in users, ref.where
         assert env["HAMI_NATS_PASSWORD"]["valueFrom"]["secretKeyRef"]["key"] == user, ref.where
         seen[ref.container["name"]] = user
@@ -232,3 +249,38 @@ def test_webhook_trusts_exactly_the_accounts_that_write_pod_annotations(overlay:
         if ("", "pods", "patch") in granted(overlay, account["metadata"]["name"])
     }
     assert trusted == writers
+
+
+def test_only_kube_scheduler_in_the_same_pod_reaches_the_extender(
+    overlay: Rendering, scheduler_config: SchedulerConfiguration
+) -> None:
+    """HAMi#3030: the extender listened on 0.0.0.0 with server-only TLS, so anyone who reached it bound pods.
+    It listens on the pod's loopback, requires a client certificate of its CA, and kube-scheduler presents
+    one; the kubelet probes a port that answers /healthz only."""
+    (extender,) = scheduler_config.extenders
+    assert extender.tlsConfig is not None
+    workload = overlay.get("Deployment", "hami-scheduler")
+    volumes = {v["name"]: v for v in workload["spec"]["template"]["spec"]["volumes"]}
+    scheduler = overlay.container("hami-scheduler", "kube-scheduler").container
+    secret_mounts = {
+        m["mountPath"]: volumes[m["name"]]["secret"]["secretName"]
+        for m in scheduler["volumeMounts"]
+        if "secret" in volumes[m["name"]]
+    }
+    secrets = {o["metadata"]["name"] for o in overlay.of_kind("Secret")}
+    secrets |= {c["spec"]["secretName"] for c in overlay.of_kind("Certificate")}
+    for path in (extender.tlsConfig.certFile, extender.tlsConfig.keyFile):
+        assert path, "kube-scheduler presents no client certificate"
+        folder = path.rsplit("/", 1)[0]
+        assert folder in secret_mounts
+        assert any(s.startswith(secret_mounts[folder]) for s in secrets)  # generated names carry a hash suffix
+    container = overlay.container("hami-scheduler", "extender").container
+    env = env_of(container)
+    assert env["HAMI_HTTP_HOST"]["value"] == "127.0.0.1"
+    assert env["HAMI_TLS_CLIENT_CA_FILE"]["value"] == extender.tlsConfig.caFile
+    mounts = [m["mountPath"] for m in container["volumeMounts"]]
+    assert any(env["HAMI_TLS_CLIENT_CA_FILE"]["value"].startswith(path + "/") for path in mounts)
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in (container["livenessProbe"], container["readinessProbe"]):
+        assert probe["httpGet"]["path"] == "/healthz"
+        assert str(ports[probe["httpGet"]["port"]]) == env["HAMI_HEALTH_PORT"]["value"]

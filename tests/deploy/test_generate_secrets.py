@@ -19,7 +19,7 @@ from tests.deploy.manifests import DEPLOY
 
 SCRIPT: Final = DEPLOY / "generate-secrets.sh"
 pytestmark = pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl not installed (the script needs it)")
-USERS: Final = ("extender", "webhook", "allocator", "nodeagent", "metrics")
+USERS: Final = ("extender", "webhook", "metrics", "natsauth")
 
 
 def generate(target: Path, *args: str) -> None:
@@ -118,3 +118,40 @@ def test_a_bad_invocation_exits_2_with_usage(tmp_path: Path) -> None:
     proc = subprocess.run(["sh", str(SCRIPT), "--bogus", str(tmp_path)], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 2
     assert "unknown option" in proc.stderr
+
+
+async def test_the_extender_admits_kube_schedulers_client_certificate_only(generated: Path) -> None:
+    """The extender requires mutual TLS (HAMi#3030): kube-scheduler's certificate gets through, no
+    certificate does not."""
+    tls = generated / "tls"
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH, cafile=str(tls / "ca.crt"))
+    server_ctx.load_cert_chain(tls / "extender.crt", tls / "extender.key")
+    server_ctx.verify_mode = ssl.CERT_REQUIRED
+    server_ctx.verify_flags |= ssl.VERIFY_X509_STRICT
+
+    async def on_client(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"ok")
+        await writer.drain()
+        writer.close()
+
+    async def answer(client_ctx: ssl.SSLContext) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, ssl=client_ctx, server_hostname="127.0.0.1")
+        try:
+            return await reader.read(2)
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(on_client, "127.0.0.1", 0, ssl=server_ctx)
+    port = server.sockets[0].getsockname()[1]
+    async with server, asyncio.timeout(10):
+        scheduler = ssl.create_default_context(cafile=str(tls / "ca.crt"))
+        scheduler.load_cert_chain(tls / "scheduler-client.crt", tls / "scheduler-client.key")
+        assert await answer(scheduler) == b"ok"
+        try:  # TLS 1.3: the client learns of the refusal on its first read, as an alert or the end of the stream
+            refused = await answer(ssl.create_default_context(cafile=str(tls / "ca.crt")))
+        except (ssl.SSLError, ConnectionError):
+            refused = b""
+        assert refused == b""
+    cert = x509.load_pem_x509_certificate((tls / "scheduler-client.crt").read_bytes())
+    usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
+    assert list(usages) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives.asymmetric import ec
 
@@ -280,8 +281,29 @@ def test_webhook_fails_closed_only_for_pods_it_selects(overlay: Rendering) -> No
         assert hook["admissionReviewVersions"][0] == "v1"
         assert hook["matchConditions"], "matchConditions keep non-GPU pods away from a fail-closed webhook"
         assert 1 <= hook["timeoutSeconds"] <= 30
-        assert not selects(hook["objectSelector"], {WEBHOOK_LABEL: WEBHOOK_IGNORE})
         assert {"pods"} <= {r for rule in hook["rules"] for r in rule["resources"]}
+
+
+TENANT_LABELS: Final = [
+    pytest.param({}, id="an unlabelled pod"),
+    pytest.param({WEBHOOK_LABEL: WEBHOOK_IGNORE}, id="a pod labelled with the namespace opt-out"),
+    pytest.param({WEBHOOK_LABEL: "off", "app": "x"}, id="a pod with any other labels"),
+]
+
+
+@pytest.mark.parametrize("labels", TENANT_LABELS)
+def test_no_label_a_pod_author_sets_keeps_the_pod_from_the_webhook(overlay: Rendering, labels: dict[str, str]) -> None:
+    """A pod's labels are its author's: an objectSelector opt-out let a tenant keep forged scheduler-owned
+    annotations (issue 16 item 1, HAMi#3041). Only namespace labels, which tenants cannot set, may exclude."""
+    for hook in webhooks(overlay):
+        assert selects(hook.get("objectSelector"), labels), hook["name"]
+
+
+@pytest.mark.parametrize("labels", TENANT_LABELS)
+def test_the_compose_webhook_has_no_pod_level_opt_out(labels: dict[str, str]) -> None:
+    (config,) = yaml.safe_load_all((DEPLOY / "compose" / "webhook.yaml").read_text())
+    for hook in config["webhooks"]:
+        assert selects(hook.get("objectSelector"), labels), hook["name"]
 
 
 def test_dev_ca_bundle_verifies_the_webhook_certificate(dev: Rendering) -> None:
@@ -307,3 +329,31 @@ def test_production_ca_bundle_comes_from_cert_manager(production: Rendering) -> 
     assert f"{service['name']}.{service['namespace']}.svc" in certificate["spec"]["dnsNames"]
     volumes = production.get("Deployment", "hami-webhook")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "webhook-tls", "secret": {"secretName": certificate["spec"]["secretName"]}} in volumes
+
+
+# --- metrics (issue 16 item 10) ------------------------------------------------------------------------------
+
+
+def test_metrics_require_a_bearer_token_from_a_generated_secret(overlay: Rendering) -> None:
+    deployment = overlay.get("Deployment", "hami-metrics")
+    pod_spec = deployment["spec"]["template"]["spec"]
+    (ctr,) = [c for c in pod_spec["containers"] if c["name"] == "metrics"]
+    token_file = env_of(ctr)["HAMI_METRICS_TOKEN_FILE"]["value"]
+    mounts = {m["name"]: m["mountPath"] for m in ctr["volumeMounts"]}
+    (volume,) = [v for v in pod_spec["volumes"] if "secret" in v and token_file.startswith(mounts.get(v["name"], "-"))]
+    secret = overlay.get("Secret", "hami-metrics-token")
+    assert volume["secret"]["secretName"] == secret["metadata"]["name"]
+    key = token_file.removeprefix(mounts[volume["name"]]).strip("/")
+    assert len(base64.b64decode(secret["data"][key])) >= 32, "a generated token, not an empty one"
+
+
+def test_metrics_are_scraped_only_from_the_monitoring_namespace(overlay: Rendering) -> None:
+    """A pod label is its author's: the scraper is chosen by a namespace label nobody can set."""
+    policy = overlay.get("NetworkPolicy", "hami-metrics")
+    peers = [peer for rule in policy["spec"]["ingress"] for peer in rule.get("from") or [{}]]
+    prometheus = {"app.kubernetes.io/name": "prometheus"}
+    for peer in peers:
+        assert "ipBlock" not in peer
+        tenant_namespace = selects(peer.get("namespaceSelector"), namespace_labels("team-a"))
+        assert not (tenant_namespace and selects(peer.get("podSelector"), prometheus)), peer
+    assert any(selects(peer.get("namespaceSelector"), namespace_labels("monitoring")) for peer in peers)

@@ -143,5 +143,7 @@ def test_every_pod_reaches_nats_at_a_service_that_exists(overlay: Rendering) -> 
         url = env_of(ref.container).get("HAMI_NATS_URL")
         if url is None:
             continue
-        host = url["value"].removeprefix("nats://").split(":")[0].split(".")[0]
+        host = url["value"].removeprefix("tls://").split(":")[0].split(".")[0]
+        if host == "127" and ref.workload["metadata"]["name"] == "hami-nats":
+            continue  # the auth callout beside nats-server, over the pod's loopback
         assert host in services, ref.where

@@ -9,6 +9,7 @@ import asyncio
 import base64
 import json
 import os
+import re
 import shutil
 import signal
 import socket
@@ -16,7 +17,7 @@ import ssl
 import subprocess
 import sysconfig
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
@@ -24,18 +25,23 @@ from typing import Any, Final
 import httpx
 import msgspec
 import nats
+import nkeys
 import pytest
 import yaml
 from nats.aio.msg import Msg
 
 from hami_common import subjects
+from hami_common.bus import Bus
+from hami_common.errors import InvalidInput
 from hami_common.events import AdmissionEvent, NodeInventory
 from hami_common.resources import GPU, GPU_MEMORY
+from hami_common.settings import BusSettings
+from hami_natsauth.responder import Authorizer
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.kubelet import KubeletEmulator
 from hami_sim.waiting import eventually
 from tests.deploy.manifests import NAMESPACE, ContainerRef, Rendering
-from tests.deploy.natsconf import running_nats
+from tests.deploy.natsconf import NatsSecrets, running_nats
 
 Obj = dict[str, Any]
 START_S: Final = 60.0  # a cold interpreter on a busy machine; nothing waits this long when all is well
@@ -43,6 +49,7 @@ POD_NAME: Final = "hami-pod-0"
 NODE_NAME: Final = "gpu-node-1"
 WEBHOOK_DNS: Final = f"hami-webhook.{NAMESPACE}.svc"
 GPU_LIMITS: Final = {GPU: "1", GPU_MEMORY: "3000"}
+POD_TOKEN: Final = "projected-token-of-hami-pod-0"  # what the callout's TokenReview stand-in accepts
 
 
 Starter = Callable[..., tuple["Service", "Environment"]]
@@ -71,6 +78,13 @@ def kubelet_view(rendering: Rendering, ref: ContainerRef, workdir: Path, host: P
                 (target / key).write_bytes(base64.b64decode(value))
                 (target / key).chmod(0o600)
             mounts[mount["mountPath"]] = target
+        elif "projected" in volume:  # a service-account token the kubelet would request for the pod
+            target = workdir / mount["name"]
+            target.mkdir(parents=True, exist_ok=True)
+            for source in volume["projected"]["sources"]:
+                if "serviceAccountToken" in source:
+                    (target / source["serviceAccountToken"]["path"]).write_text(POD_TOKEN)
+            mounts[mount["mountPath"]] = target
         elif "hostPath" in volume:
             target = host / volume["hostPath"]["path"].lstrip("/")
             target.mkdir(parents=True, exist_ok=True)
@@ -79,7 +93,9 @@ def kubelet_view(rendering: Rendering, ref: ContainerRef, workdir: Path, host: P
     env: dict[str, str] = {}
     for entry in ref.container.get("env") or []:
         if "value" in entry:
-            env[entry["name"]] = relocate(str(entry["value"]), mounts)
+            # $(NAME) refers to a variable defined earlier in the list, as the kubelet expands it
+            value = re.sub(r"\$\((\w+)\)", lambda m: env.get(m.group(1), m.group(0)), str(entry["value"]))
+            env[entry["name"]] = relocate(value, mounts)
         elif "secretKeyRef" in entry["valueFrom"]:
             ref_ = entry["valueFrom"]["secretKeyRef"]
             env[entry["name"]] = base64.b64decode(secrets[ref_["name"]][ref_["key"]]).decode()
@@ -147,9 +163,45 @@ def dev_passwords(dev: Rendering) -> dict[str, str]:
 
 
 @pytest.fixture
-def nats_url(tmp_path: Path, dev: Rendering, dev_passwords: dict[str, str]) -> Iterator[str]:
-    with running_nats(tmp_path / "nats", dev_passwords, dev.container("hami-nats", "nats").container["args"]) as url:
-        yield url
+def nats_tls(tmp_path: Path, dev: Rendering) -> Path:
+    """The dev overlay's hami-nats-tls Secret as files: ca.crt is what every client verifies the server by."""
+    files = tmp_path / "nats-tls"
+    files.mkdir()
+    for key, value in dev.get("Secret", "hami-nats-tls")["data"].items():
+        (files / key).write_bytes(base64.b64decode(value))
+    return files
+
+
+@pytest.fixture
+async def nats_url(tmp_path: Path, dev: Rendering, dev_passwords: dict[str, str], nats_tls: Path) -> AsyncIterator[str]:
+    """nats-server as the StatefulSet runs it, its Secrets' values taken from the dev overlay (TLS included),
+    with the auth callout answering beside it (a stand-in for TokenReview accepts the pod's token only)."""
+    issuer = base64.b64decode(dev.get("Secret", "hami-nats-issuer")["data"]["issuer"]).decode()
+    seed = base64.b64decode(dev.get("Secret", "hami-nats-issuer")["data"]["seed"])
+    secrets = NatsSecrets(dev_passwords, issuer, nats_tls / "tls.crt", nats_tls / "tls.key")
+    with running_nats(tmp_path / "nats", secrets, dev.container("hami-nats", "nats").container["args"]) as url:
+        tls_url = url.replace("nats://", "tls://")
+        callout = BusSettings(
+            nats_url=tls_url,
+            nats_user="natsauth",
+            nats_password=dev_passwords["natsauth"],
+            nats_ca_file=str(nats_tls / "ca.crt"),
+            nats_identity="natsauth",
+            service_name="natsauth",
+        )
+        authorizer = Authorizer(PodTokenOnly(), nkeys.from_seed(bytearray(seed)), account="HAMI", ttl_s=3600)
+        async with await Bus.connect(callout, give_up_after=START_S) as bus:
+            await bus.reply(subjects.AUTH_CALLOUT, authorizer.answer)
+            yield tls_url
+
+
+class PodTokenOnly:
+    """Stands in for the TokenReview API: the node pod's projected token proves its node, nothing else does."""
+
+    async def node_of(self, token: str) -> str:
+        if token != POD_TOKEN:
+            raise InvalidInput("token not authenticated")
+        return NODE_NAME
 
 
 @pytest.fixture
@@ -211,7 +263,7 @@ async def get_when_up(client: httpx.AsyncClient, service: Service, url: str, **k
     return await eventually(answered, timeout=START_S, what=url)
 
 
-async def listen(url: str, user: str, password: str, subject: str) -> tuple[Any, list[Msg], Any]:
+async def listen(url: str, ca: Path, user: str, password: str, subject: str) -> tuple[Any, list[Msg], Any]:
     received: list[Msg] = []
     arrived = asyncio.Event()
 
@@ -219,7 +271,8 @@ async def listen(url: str, user: str, password: str, subject: str) -> tuple[Any,
         received.append(msg)
         arrived.set()
 
-    nc = await nats.connect(url, user=user, password=password)
+    trust = ssl.create_default_context(cafile=str(ca / "ca.crt"))
+    nc = await nats.connect(url, user=user, password=password, tls=trust, inbox_prefix=subjects.inbox_prefix(user))
     await nc.subscribe(subject, cb=on_msg)
     await nc.flush()
     return nc, received, arrived
@@ -250,7 +303,7 @@ def admission_review(namespace: str) -> Obj:
 
 
 async def test_webhook_serves_the_apiserver_as_registered(
-    start: Starter, dev: Rendering, dev_passwords: dict[str, str], nats_url: str
+    start: Starter, dev: Rendering, dev_passwords: dict[str, str], nats_url: str, nats_tls: Path
 ) -> None:
     port = free_port()
     service, _ = start("hami-webhook", "webhook", HAMI_HOST="127.0.0.1", HAMI_PORT=str(port))
@@ -258,7 +311,7 @@ async def test_webhook_serves_the_apiserver_as_registered(
     apiserver_trust = ssl.create_default_context(cadata=base64.b64decode(hook["clientConfig"]["caBundle"]).decode())
     service_name = {"sni_hostname": WEBHOOK_DNS}  # the apiserver dials <service>.<namespace>.svc
     nc, received, arrived = await listen(
-        nats_url, "metrics", dev_passwords["metrics"], subjects.wildcard(subjects.ADMISSION)
+        nats_url, nats_tls, "metrics", dev_passwords["metrics"], subjects.wildcard(subjects.ADMISSION)
     )
     try:
         async with httpx.AsyncClient(verify=apiserver_trust, timeout=10) as client:
@@ -284,7 +337,7 @@ async def test_webhook_serves_the_apiserver_as_registered(
 
 
 async def test_extender_serves_kube_scheduler_over_verified_https(
-    start: Starter, dev: Rendering, emulator: KubeApiEmulator
+    start: Starter, dev: Rendering, emulator: KubeApiEmulator, tmp_path: Path, host: Path
 ) -> None:
     # kube-scheduler in the same pod holds the hami-scheduler Lease as "<pod name>_<uuid>"; the extender follows it
     lease = {
@@ -298,14 +351,23 @@ async def test_extender_serves_kube_scheduler_over_verified_https(
             f"{emulator.url}/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases", json=lease
         )
     assert made.status_code == 201, made.text
-    port = free_port()
-    service, environment = start("hami-scheduler", "extender", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))
+    port, probe_port = free_port(), free_port()
+    service, _ = start(
+        "hami-scheduler",
+        "extender",
+        HAMI_HTTP_HOST="127.0.0.1",
+        HAMI_HTTP_PORT=str(port),
+        HAMI_HEALTH_PORT=str(probe_port),
+    )
     config = msgspec.yaml.decode(dev.get("ConfigMap", "hami-kube-scheduler")["data"]["config.yaml"])
     (extender,) = config["extenders"]
-    ca_path = extender["tlsConfig"]["caFile"]
-    mount = next(path for path in environment.mounts if ca_path.startswith(path + "/"))
-    kube_scheduler_trust = ssl.create_default_context(
-        cafile=str(environment.mounts[mount]) + ca_path.removeprefix(mount)
+    # kube-scheduler's files, where the kubelet mounts them in its container: the CA and its client certificate
+    scheduler = kubelet_view(dev, dev.container("hami-scheduler", "kube-scheduler"), tmp_path / "kube-scheduler", host)
+    tls_config = extender["tlsConfig"]
+    kube_scheduler_trust = ssl.create_default_context(cafile=relocate(tls_config["caFile"], scheduler.mounts))
+    anonymous = ssl.create_default_context(cafile=relocate(tls_config["caFile"], scheduler.mounts))
+    kube_scheduler_trust.load_cert_chain(
+        relocate(tls_config["certFile"], scheduler.mounts), relocate(tls_config["keyFile"], scheduler.mounts)
     )
     url = extender["urlPrefix"].rsplit(":", 1)[0] + f":{port}"  # the same host, the test's port
     async with httpx.AsyncClient(verify=kube_scheduler_trust, timeout=10) as client:
@@ -317,9 +379,15 @@ async def test_extender_serves_kube_scheduler_over_verified_https(
 
         ready = await eventually(leading, timeout=START_S, what="the extender to follow its kube-scheduler's Lease")
         assert ready["identity"] == POD_NAME
+    # mutual TLS (HAMi#3030): a caller without kube-scheduler's certificate does not get past the handshake
+    async with httpx.AsyncClient(verify=anonymous, timeout=10) as stranger:
+        with pytest.raises(httpx.TransportError):
+            await stranger.get(f"{url}/readyz")
+    async with httpx.AsyncClient(timeout=10) as kubelet:  # the probes' plain port, as the manifest points them
+        assert (await kubelet.get(f"http://127.0.0.1:{probe_port}/healthz")).status_code == 200
 
 
-async def test_metrics_serves_prometheus_and_reaches_nats_as_its_user(start: Starter) -> None:
+async def test_metrics_serves_prometheus_and_reaches_nats_as_its_user(start: Starter, dev: Rendering) -> None:
     port = free_port()
     service, _ = start("hami-metrics", "metrics", HAMI_HTTP_HOST="127.0.0.1", HAMI_HTTP_PORT=str(port))
     async with httpx.AsyncClient(timeout=10) as client:
@@ -331,7 +399,11 @@ async def test_metrics_serves_prometheus_and_reaches_nats_as_its_user(start: Sta
             return body if body["nats"] == "connected" else None
 
         await eventually(connected, timeout=START_S, what="metrics connected to NATS")
-        scrape = await client.get(f"{base}/metrics")
+        anonymous = await client.get(f"{base}/metrics")
+        # Prometheus scrapes with the token of the same Secret (docs/deploy.md)
+        token = base64.b64decode(dev.get("Secret", "hami-metrics-token")["data"]["token"]).decode()
+        scrape = await client.get(f"{base}/metrics", headers={"Authorization": f"Bearer {token}"})
+    assert anonymous.status_code == 401
     assert scrape.status_code == 200
     assert "hami_build_info" in scrape.text
 
@@ -340,13 +412,21 @@ FAKE_GPU: Final = "GPU-5e4f0c1a-0000-4000-8000-0000000000aa"
 
 
 async def test_node_pod_registers_the_device_plugin_and_the_node_gpus(
-    start: Starter, dev: Rendering, host: Path, tmp_path: Path, nats_url: str, dev_passwords: dict[str, str]
+    start: Starter,
+    dev: Rendering,
+    host: Path,
+    tmp_path: Path,
+    nats_url: str,
+    nats_tls: Path,
+    dev_passwords: dict[str, str],
 ) -> None:
     inventory = tmp_path / "inventory.yaml"
     inventory.write_text(
         yaml.safe_dump({"nodes": {NODE_NAME: [{"uuid": FAKE_GPU, "model": "Tesla V100", "memory_mib": 32768}]}})
     )
-    nc, received, arrived = await listen(nats_url, "metrics", dev_passwords["metrics"], subjects.inventory(NODE_NAME))
+    nc, received, arrived = await listen(
+        nats_url, nats_tls, "metrics", dev_passwords["metrics"], subjects.inventory(NODE_NAME)
+    )
     plugin_dir = next(
         v["hostPath"]["path"]
         for v in dev.get("DaemonSet", "hami-node")["spec"]["template"]["spec"]["volumes"]
