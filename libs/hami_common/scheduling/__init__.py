@@ -26,6 +26,7 @@ from hami_common.scheduling.policy import (
     parse_scoring_weights,
     preferences_from_annotations,
 )
+from hami_common.scheduling.preemption import Candidate, VictimChoice, choose_victims
 from hami_common.scheduling.quota import NamespaceQuota, quota_from_hard
 from hami_common.scheduling.reason import Reason, render_reasons
 from hami_common.scheduling.score import device_score, node_score, sort_devices
@@ -43,6 +44,7 @@ __all__ = [
     "DEFAULT_SCHEDULER_NAME",
     "DEFAULT_VENDORS",
     "NVIDIA",
+    "Candidate",
     "ContainerFit",
     "DeviceCharge",
     "DeviceUsage",
@@ -59,9 +61,11 @@ __all__ = [
     "SchedulerDefaults",
     "ScoringWeights",
     "Vendor",
+    "VictimChoice",
     "allocatable_gpus",
     "apply_charges",
     "choose_node",
+    "choose_victims",
     "collapse_devices",
     "cordoned_devices",
     "device_score",
