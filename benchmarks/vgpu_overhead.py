@@ -4,7 +4,9 @@ Measures, with native/vgpu/build/bench_hooks:
   * ns per cuMemAlloc_v2 + cuMemFree_v2 pair (a memory limit set, far from reached),
   * ns per cuLaunchKernel (no SM limit: the hot path),
   * ms from cuInit to the first successful allocation, measured inside each process, for 1, 8 and 64
-    processes started at once on one shared-cache file.
+    processes on one fresh shared-cache file. The processes are started first and then released
+    together (they all wait on one pipe that is closed at once), so the 64 really do initialise at the
+    same moment - a crowded start - instead of one after another as they happen to be forked.
 The last line is a JSON summary. `--quick` shortens every run.
 """
 
@@ -50,14 +52,26 @@ def best_of(mode: str, count: int, cache: Path, interposed: bool, runs: int) -> 
 
 
 def init_ms(processes: int, cache: Path, fresh: bool = True) -> list[float]:
-    """Start `processes` at once on one cache file (a fresh one unless `fresh` is false); each reports its
-    own cuInit-to-allocation time."""
+    """Start `processes` on one cache file (a fresh one unless `fresh` is false), wait until every one is
+    parked at the barrier, then release them all at once; each reports its own cuInit-to-allocation time."""
     if fresh:
         cache.unlink(missing_ok=True)
     env = environment(cache, interposed=True)
-    procs = [
-        subprocess.Popen([str(BENCH), "init"], env=env, stdout=subprocess.PIPE, text=True) for _ in range(processes)
-    ]
+    barrier_r, barrier_w = os.pipe()
+    try:
+        procs = [
+            subprocess.Popen([str(BENCH), "init", "wait"], env=env, stdin=barrier_r, stdout=subprocess.PIPE, text=True)
+            for _ in range(processes)
+        ]
+    finally:
+        os.close(barrier_r)
+    try:
+        for p in procs:
+            assert p.stdout is not None
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("bench_hooks init did not reach the barrier")
+    finally:
+        os.close(barrier_w)  # every process's read returns EOF now: the crowded start
     times = []
     for p in procs:
         out, _ = p.communicate(timeout=120)
@@ -104,6 +118,7 @@ def main() -> int:
         "init_ms_1_create": round(statistics.median(create), 3),
         "init_ms_8": round(statistics.median(init[8]), 3),
         "init_ms_64": round(statistics.median(init[64]), 3),
+        "init_ms_64_median": round(statistics.median(init[64]), 3),
         "init_ms_64_max": round(max(init[64]), 3),
     }
     print(json.dumps(summary))

@@ -161,6 +161,11 @@ class Session:
         self._lines: queue.Queue[str | None] = queue.Queue()
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
+        # stderr is drained as it comes: a probe logging one line per refused allocation would otherwise
+        # fill the pipe and block in write(2) long before finish() reads it.
+        self._stderr: list[str] = []
+        self._err_reader = threading.Thread(target=self._read_stderr, daemon=True)
+        self._err_reader.start()
 
     def _read(self) -> None:
         assert self.proc.stdout is not None
@@ -168,8 +173,14 @@ class Session:
             self._lines.put(line.strip())
         self._lines.put(None)
 
+    def _read_stderr(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+
     def join_reader(self) -> None:
         self._reader.join(timeout=10)
+        self._err_reader.join(timeout=10)
 
     @property
     def pid(self) -> int:
@@ -204,9 +215,9 @@ class Session:
         self.proc.stdin.flush()
 
     def finish(self, timeout: float = 60) -> tuple[list[Record], str]:
-        assert self.proc.stderr is not None
         self.proc.wait(timeout=timeout)
-        err = self.proc.stderr.read()
+        self._err_reader.join(timeout)
+        err = "".join(self._stderr)
         self._reader.join(timeout)
         while self.next_line(timeout=0.01) is not None:
             pass

@@ -108,3 +108,20 @@ def test_first_process_records_device_uuids_for_the_monitor(probe: Probe, cache:
         session.finish()
     assert f.device_num == 1
     assert f.uuid0.startswith("GPU-")
+
+
+def _slot_with_hostpid(cache: Path) -> spec.Slot | None:
+    return next((s for s in spec.read_cache(cache).live_slots() if s.hostpid), None)
+
+
+def test_hostpid_and_last_kernel_time_are_filled_at_cuinit_before_any_launch(probe: Probe, cache: Path) -> None:
+    """HAMi's monitor maps a container's processes by hostpid and reads last_kernel_time from the start
+    (HAMi-core fills both at cuInit), not from the first kernel launch."""
+    with probe.start("init", "alloc:100m", "wait", env=LIMIT_1G) as session:
+        session.wait_ready()
+        slot = eventually_sync(lambda: _slot_with_hostpid(cache), what="hostpid published without a launch")
+        f = spec.read_cache(cache)
+        session.proceed()
+        session.finish()
+    assert slot.hostpid == session.pid  # the stub reports no PID namespace: host PID = PID
+    assert f.last_kernel_time > 0

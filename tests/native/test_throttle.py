@@ -39,9 +39,20 @@ def test_launch_rate_settles_near_the_sm_limit(plain_probe: Probe, limit: int) -
     assert 0.6 * limit <= achieved <= 1.35 * limit, _blocks(run)
 
 
-@pytest.mark.parametrize("kind", ["plain", "ex", "coop"])
+@pytest.mark.parametrize("kind", ["plain", "ex", "coop", "multi", "graph"])
 def test_busy_gpu_trace_nearly_stops_every_kind_of_launch(probe: Probe, kind: str) -> None:
     run = probe.run("init", f"windows:5:{WINDOW_MS}:20:{kind}", env=_throttled(10, util="100"))
+    blocks = _blocks(run)
+    assert blocks[-1] < blocks[0], blocks
+    assert blocks[-1] <= 2 * FLOOR_PER_WINDOW, blocks
+
+
+@pytest.mark.parametrize("kind", ["plain", "ex", "coop", "graph"])
+def test_per_thread_stream_launches_are_throttled_too(plain_probe: Probe, kind: str) -> None:
+    """The _ptsz entry points, as cuGetProcAddress hands them to a program built for per-thread streams."""
+    run = plain_probe.run(
+        "init", f"windows:5:{WINDOW_MS}:20:{kind}", env=_throttled(10, util="100"), via="procaddr", options=["--ptsz"]
+    )
     blocks = _blocks(run)
     assert blocks[-1] < blocks[0], blocks
     assert blocks[-1] <= 2 * FLOOR_PER_WINDOW, blocks

@@ -63,6 +63,7 @@ typedef struct CUarray_st *CUarray;
 typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
+typedef struct CUgraphExec_st *CUgraphExec;
 typedef int CUdevice_attribute;
 typedef int CUarray_format;
 typedef int CUmemAllocationType;
@@ -117,6 +118,15 @@ typedef struct CUlaunchConfig_st {
     unsigned int numAttrs;
 } CUlaunchConfig;
 
+typedef struct CUDA_LAUNCH_PARAMS_st {
+    CUfunction function;
+    unsigned int gridDimX, gridDimY, gridDimZ;
+    unsigned int blockDimX, blockDimY, blockDimZ;
+    unsigned int sharedMemBytes;
+    CUstream hStream;
+    void **kernelParams;
+} CUDA_LAUNCH_PARAMS;
+
 #else /* checking against the real cuda.h */
 
 #define VGPU_CU_ASSERT_VALUE(name, value) _Static_assert((name) == (value), #name " differs from cuda.h");
@@ -134,6 +144,9 @@ _Static_assert(offsetof(CUDA_ARRAY_DESCRIPTOR, NumChannels) == 20, "CUDA_ARRAY_D
 _Static_assert(offsetof(CUDA_ARRAY3D_DESCRIPTOR, NumChannels) == 28, "CUDA_ARRAY3D_DESCRIPTOR layout");
 _Static_assert(offsetof(CUlaunchConfig, hStream) == 32, "CUlaunchConfig layout");
 _Static_assert(sizeof(CUlaunchConfig) == 56, "CUlaunchConfig size");
+_Static_assert(offsetof(CUDA_LAUNCH_PARAMS, gridDimX) == 8, "CUDA_LAUNCH_PARAMS layout");
+_Static_assert(offsetof(CUDA_LAUNCH_PARAMS, hStream) == 40, "CUDA_LAUNCH_PARAMS layout");
+_Static_assert(sizeof(CUDA_LAUNCH_PARAMS) == 56, "CUDA_LAUNCH_PARAMS size");
 
 /* Driver entry points, hooked or called. */
 CUresult cuInit(unsigned int flags);
@@ -189,5 +202,9 @@ CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned int gridDimX, uns
                                         unsigned int gridDimZ, unsigned int blockDimX, unsigned int blockDimY,
                                         unsigned int blockDimZ, unsigned int sharedMemBytes, CUstream hStream,
                                         void **kernelParams);
+CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *launchParamsList, unsigned int numDevices,
+                                              unsigned int flags);
+CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream);
+CUresult cuGraphLaunch_ptsz(CUgraphExec hGraphExec, CUstream hStream);
 
 #endif

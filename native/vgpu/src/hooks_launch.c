@@ -1,5 +1,6 @@
 /*
- * Kernel launch hooks. The hot path is one relaxed load of the process's launch gate: zero means no SM
+ * Kernel launch hooks: plain, Ex, cooperative (single and multi-device), CUDA graphs, and their _ptsz
+ * forms all draw from the same SM-limit bucket. The hot path is one relaxed load of the process's launch gate: zero means no SM
  * limit is in force, the monitor is not blocking us and the sampler has already heard about a launch
  * since its last tick, so the launch goes straight to the driver.
  */
@@ -42,3 +43,22 @@ LAUNCH_HOOK(cuLaunchCooperativeKernel, COOP_PARAMS, COOP_ARGS, (gx, gy, gz))
 LAUNCH_HOOK(cuLaunchCooperativeKernel_ptsz, COOP_PARAMS, COOP_ARGS, (gx, gy, gz))
 LAUNCH_HOOK(cuLaunchKernelEx, EX_PARAMS, EX_ARGS, EX_GRID)
 LAUNCH_HOOK(cuLaunchKernelEx_ptsz, EX_PARAMS, EX_ARGS, EX_GRID)
+
+/* A graph's kernels are not visible at launch, so a graph launch costs one wave (a block per SM). The
+ * limiter steers by measured utilisation per unit charged, so any consistent unit converges. */
+#define GRAPH_PARAMS (CUgraphExec g, CUstream s)
+#define GRAPH_ARGS (g, s)
+LAUNCH_HOOK(cuGraphLaunch, GRAPH_PARAMS, GRAPH_ARGS, (vgpu_wave_blocks(), 1, 1))
+LAUNCH_HOOK(cuGraphLaunch_ptsz, GRAPH_PARAMS, GRAPH_ARGS, (vgpu_wave_blocks(), 1, 1))
+
+/* Every device's grid, charged to the calling thread's device. */
+static unsigned multi_blocks(const CUDA_LAUNCH_PARAMS *list, unsigned n) {
+    uint64_t sum = 0;
+    for (unsigned i = 0; list && i < n; i++)
+        if (__builtin_add_overflow(sum, vgpu_grid_blocks(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ), &sum))
+            sum = UINT64_MAX;
+    return sum > UINT32_MAX ? UINT32_MAX : (unsigned)sum;
+}
+#define MULTI_PARAMS (CUDA_LAUNCH_PARAMS * list, unsigned int n, unsigned int flags)
+#define MULTI_ARGS (list, n, flags)
+LAUNCH_HOOK(cuLaunchCooperativeKernelMultiDevice, MULTI_PARAMS, MULTI_ARGS, (multi_blocks(list, n), 1, 1))

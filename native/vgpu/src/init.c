@@ -86,7 +86,9 @@ void vgpu_ensure_attached(void) {
         vgpu_refresh_device_count();
         vgpu_cache_record_devices(vgpu_device_count);
         vgpu_throttle_start();
+        vgpu_cache_mark_started();
         atomic_store_explicit(&vgpu_attached, 1, memory_order_release);
+        vgpu_throttle_attached();
     }
     pthread_mutex_unlock(&attach_mu);
 }

@@ -1,12 +1,26 @@
 /*
  * Memory accounting against the container-wide limit, without a lock on the fast path.
  *
- * A reservation first publishes the bytes in this process's slot (a seq_cst atomic add) and then sums
- * every slot. Of two processes racing for the last bytes, the later of the two sums always sees both
- * reservations, so usage can never pass the limit (HAMi-core checks then adds, and both can pass). A
- * failed fast path withdraws, reclaims the slots of dead processes and tries once more under the lock;
- * only then is it an out-of-memory error. The sum is O(live slots) of plain loads: no syscall, no lock.
+ * A slot's used[d].total holds what its process has been granted plus any reservation it is still
+ * deciding on; context_size + module_size + data_size is what it has been granted (committed). A fast
+ * reservation adds to total (a seq_cst atomic add), checks the region's decision flag, sums every slot's
+ * total and, if that fits, commits (adds to data_size). Of two processes racing for the last bytes, the
+ * later of the two sums always sees both reservations, so usage can never pass the limit (HAMi-core
+ * checks then adds, and both can pass).
+ *
+ * A fast path never refuses: when its sum does not fit it withdraws and asks again under the file lock.
+ * There the decision flag is raised first, so no new fast reservation can commit; the ones already in
+ * flight are waited out (a handful of instructions each); and only then are the committed bytes summed.
+ * A refusal is therefore decided on memory other processes really hold, never on another request's
+ * passing reservation: a request that can never fit cannot make one that fits fail. The fast sum is
+ * O(live slots) of plain loads: no syscall, no lock.
+ *
+ * Invariant: every slot's total >= its committed bytes (a reservation adds to total before data_size, a
+ * release takes from data_size before total), and they are equal when nothing is in flight.
  */
+#include <sched.h>
+#include <time.h>
+
 #include "shared_cache.h"
 
 uint64_t vgpu_limit[VGPU_MAX_DEVICES];
@@ -47,28 +61,73 @@ uint64_t vgpu_mem_usage(int dev) {
     return sum;
 }
 
-static void publish(struct vgpu_slot *s, int dev, uint64_t bytes) {
-    __atomic_fetch_add(&s->used[dev].total, bytes, __ATOMIC_SEQ_CST);
-    __atomic_fetch_add(&s->used[dev].data_size, bytes, __ATOMIC_RELAXED);
+static uint64_t committed(const struct vgpu_device_memory *m) {
+    return __atomic_load_n(&m->context_size, __ATOMIC_SEQ_CST) + __atomic_load_n(&m->module_size, __ATOMIC_SEQ_CST) +
+           __atomic_load_n(&m->data_size, __ATOMIC_SEQ_CST);
 }
 
 static void withdraw(struct vgpu_slot *s, int dev, uint64_t bytes) {
-    __atomic_fetch_sub(&s->used[dev].data_size, bytes, __ATOMIC_RELAXED);
+    __atomic_fetch_sub(&s->used[dev].data_size, bytes, __ATOMIC_SEQ_CST);
     __atomic_fetch_sub(&s->used[dev].total, bytes, __ATOMIC_SEQ_CST);
+}
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+/* A process stopped (SIGSTOP, a debugger) between reserving and committing must not wedge every
+ * allocation of the container: past this, its in-flight bytes are counted as held (never over the
+ * limit, at worst one refusal too many while it stays stopped). */
+static const double SETTLE_MS = 50;
+
+/* Caller holds the lock and has raised the decision flag. The bytes the container's processes hold on
+ * dev once every reservation that was in flight before the flag has committed or withdrawn. */
+static uint64_t settled_usage(int dev) {
+    int32_t n = VGPU_LOAD(&vgpu_region->proc_num);
+    uint64_t sum = 0;
+    double deadline = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const struct vgpu_device_memory *m = &vgpu_region->procs[i].used[dev];
+        uint64_t held;
+        for (unsigned spins = 0;; spins++) {
+            /* total first: anything committed after this read was already in it (see the invariant) */
+            uint64_t total = __atomic_load_n(&m->total, __ATOMIC_SEQ_CST);
+            held = committed(m);
+            if (held == total)
+                break;
+            if (deadline == 0)
+                deadline = now_ms() + SETTLE_MS;
+            else if (now_ms() > deadline) {
+                held = total > held ? total : held;
+                break;
+            }
+            if (spins > 64)
+                sched_yield(); /* the owner may be descheduled mid-reservation */
+        }
+        if (__builtin_add_overflow(sum, held, &sum))
+            return UINT64_MAX;
+    }
+    return sum;
 }
 
 static bool reserve_slow(struct vgpu_slot *s, int dev, uint64_t bytes, uint64_t limit) {
     vgpu_cache_lock();
     vgpu_cache_reclaim_dead_locked();
-    publish(s, dev, bytes);
-    uint64_t usage = vgpu_mem_usage(dev);
-    bool ok = usage <= limit;
-    if (!ok)
-        withdraw(s, dev, bytes);
+    /* The decision flag (HAMi's unused sm_init_flag): from here no fast reservation commits. */
+    __atomic_store_n(&vgpu_region->sm_init_flag, 1, __ATOMIC_SEQ_CST);
+    uint64_t usage = settled_usage(dev), after;
+    bool ok = !__builtin_add_overflow(usage, bytes, &after) && after <= limit;
+    if (ok) {
+        __atomic_fetch_add(&s->used[dev].total, bytes, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(&s->used[dev].data_size, bytes, __ATOMIC_SEQ_CST);
+    }
+    __atomic_store_n(&vgpu_region->sm_init_flag, 0, __ATOMIC_SEQ_CST);
     vgpu_cache_unlock();
     if (!ok)
         vgpu_log(VGPU_LOG_ERROR, "Device %d OOM: %llu bytes requested, %llu in use, limit %llu", dev,
-                 (unsigned long long)bytes, (unsigned long long)(usage - bytes), (unsigned long long)limit);
+                 (unsigned long long)bytes, (unsigned long long)usage, (unsigned long long)limit);
     return ok;
 }
 
@@ -77,10 +136,14 @@ bool vgpu_mem_reserve(int dev, uint64_t bytes) {
     if (!s || dev < 0 || dev >= VGPU_MAX_DEVICES)
         return true; /* not accounted: device beyond the file's 16 or no slot */
     uint64_t limit = vgpu_limit[dev];
-    publish(s, dev, bytes);
-    if (limit == 0 || VGPU_LIKELY(vgpu_mem_usage(dev) <= limit))
+    struct vgpu_device_memory *m = &s->used[dev];
+    __atomic_fetch_add(&m->total, bytes, __ATOMIC_SEQ_CST); /* reserve */
+    if (limit == 0 || VGPU_LIKELY(__atomic_load_n(&vgpu_region->sm_init_flag, __ATOMIC_SEQ_CST) == 0 &&
+                                  vgpu_mem_usage(dev) <= limit)) {
+        __atomic_fetch_add(&m->data_size, bytes, __ATOMIC_SEQ_CST); /* commit */
         return true;
-    withdraw(s, dev, bytes);
+    }
+    __atomic_fetch_sub(&m->total, bytes, __ATOMIC_SEQ_CST);
     return reserve_slow(s, dev, bytes, limit);
 }
 

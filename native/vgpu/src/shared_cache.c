@@ -320,6 +320,20 @@ void vgpu_cache_record_devices(int count) {
     vgpu_cache_unlock();
 }
 
+/* last_kernel_time only ever moves forward, whoever of the container's processes writes it. */
+void vgpu_cache_raise_kernel_time(uint64_t now) {
+    if (!vgpu_region)
+        return;
+    uint64_t last = VGPU_LOAD(&vgpu_region->last_kernel_time);
+    while (last < now && !__atomic_compare_exchange_n(&vgpu_region->last_kernel_time, &last, now, false,
+                                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
+
+/* HAMi-core stamps last_kernel_time when a process attaches (its monitor reads a container that has just
+ * started as active, not as idle since the epoch). */
+void vgpu_cache_mark_started(void) { vgpu_cache_raise_kernel_time((uint64_t)time(NULL)); }
+
 /* Fork: the prepare handler takes the process mutex so no thread of the parent is inside the lock when
  * the child is created; the child then drops the parent's slot and its descriptor (whose open file
  * description, and so whose lock, the parent shares). The mapping stays (MAP_SHARED is inherited); a

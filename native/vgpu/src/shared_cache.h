@@ -6,6 +6,10 @@
  * What differs from HAMi-core in how the bytes are used (the monitor never reads these):
  *  - the lock is an OFD write lock on the byte just past the struct (file offset VGPU_LOCK_OFFSET), which
  *    the kernel drops when its holder dies; `sem` and `sem_postinit` are initialised but unused;
+ *  - `sm_init_flag` (HAMi-core's guard of an unused function) is the allocation decision flag: 1 while a
+ *    process decides a near-the-limit allocation under the lock, so no lock-free reservation commits
+ *    meanwhile (memory.c); a flag left by a dead holder sends fast paths to the lock, where the next
+ *    decision clears it;
  *  - a slot's `unused[0]` holds its process's start time (clock ticks since boot) so a recycled PID is not
  *    mistaken for the slot's owner; `seqlock` stays 0 because every counter is a single atomic word.
  */

@@ -49,6 +49,11 @@ uint64_t vgpu_grid_blocks(unsigned x, unsigned y, unsigned z) {
     return n;
 }
 
+unsigned vgpu_wave_blocks(void) {
+    int d = vgpu_current_device();
+    return (unsigned)(d >= 0 && d < VGPU_MAX_DEVICES && buckets[d].floor > 0 ? buckets[d].floor : 16);
+}
+
 static void sleep_ms(long ms) {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (ms % 1000) * 1000000L};
     while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
@@ -245,11 +250,7 @@ static void refill(struct bucket *b, int64_t allowance) {
 static void report_launches(void) {
     if (!atomic_exchange(&launch_seen, false) || !vgpu_region)
         return;
-    uint64_t now = (uint64_t)time(NULL);
-    uint64_t last = VGPU_LOAD(&vgpu_region->last_kernel_time);
-    while (last < now && !__atomic_compare_exchange_n(&vgpu_region->last_kernel_time, &last, now, false,
-                                                      __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
-    }
+    vgpu_cache_raise_kernel_time((uint64_t)time(NULL));
     int32_t rk = VGPU_LOAD(&vgpu_region->recent_kernel);
     while (rk >= 0 && rk != 2 && !__atomic_compare_exchange_n(&vgpu_region->recent_kernel, &rk, 2, false,
                                                               __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
@@ -281,6 +282,11 @@ static bool tick(void) {
 static void *sampler_main(void *arg) {
     (void)arg;
     setup_nvml();
+    /* HAMi's monitor maps processes by hostpid from the start, not from the first launch. Where the
+     * driver lists a process only once it has a context, the ticks below keep looking. */
+    struct vgpu_slot *me = atomic_load(&vgpu_my_slot);
+    if (me)
+        find_host_pid(me);
     bool throttled = true;
     for (;;) {
         sleep_ms(throttled ? TICK_THROTTLED_MS : TICK_IDLE_MS);
@@ -319,13 +325,16 @@ static bool start_sampler(void) {
     return err == 0;
 }
 
-/* Called once per process from the attach path. The sampler thread is started by the first launch
- * (which always takes the slow path), so processes that never launch - and the init path - never pay
- * for a thread or for NVML. */
+/* Called once per process from the attach path, before the process counts as attached. */
 void vgpu_throttle_start(void) {
     init_buckets();
     atomic_store(&vgpu_launch_gate, VGPU_GATE_TICK);
 }
+
+/* Called once per process right after attaching (cuInit, or the first hooked call), as HAMi-core starts
+ * its watcher there: the sampler publishes hostpid from the start. The thread is created here and
+ * does its NVML work itself, so the init path pays for pthread_create only. */
+void vgpu_throttle_attached(void) { ensure_sampler(); }
 
 static void ensure_sampler(void) {
     static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;

@@ -79,6 +79,8 @@ void vgpu_cache_before_fork(void);
 void vgpu_cache_after_fork_parent(void);
 void vgpu_cache_after_fork_child(void);
 int vgpu_cache_reclaim_dead_locked(void); /* caller holds the lock; returns slots freed */
+void vgpu_cache_raise_kernel_time(uint64_t now);
+void vgpu_cache_mark_started(void);
 void vgpu_cache_lock(void);
 void vgpu_cache_unlock(void);
 
@@ -112,7 +114,9 @@ enum {
 extern _Atomic unsigned vgpu_launch_gate;
 CUresult vgpu_launch_slow(uint64_t blocks);
 void vgpu_throttle_start(void);
+void vgpu_throttle_attached(void);
 void vgpu_throttle_forget_after_fork(void);
 uint64_t vgpu_grid_blocks(unsigned x, unsigned y, unsigned z);
+unsigned vgpu_wave_blocks(void); /* one block per SM of the calling thread's device */
 
 #endif

@@ -431,6 +431,27 @@ EXPORT CUresult cuLaunchCooperativeKernel_ptsz(CUfunction f, unsigned gx, unsign
     return launch(gx, gy, gz);
 }
 
+/* A test graph's handle is the number of blocks it runs (graphs are not built in the stub). */
+EXPORT CUresult cuGraphLaunch(CUgraphExec g, CUstream s) {
+    (void)s;
+    return g ? launch((unsigned)(uintptr_t)g, 1, 1) : CUDA_ERROR_INVALID_HANDLE;
+}
+EXPORT CUresult cuGraphLaunch_ptsz(CUgraphExec g, CUstream s) {
+    (void)s;
+    return g ? launch((unsigned)(uintptr_t)g, 1, 1) : CUDA_ERROR_INVALID_HANDLE;
+}
+EXPORT CUresult cuLaunchCooperativeKernelMultiDevice(CUDA_LAUNCH_PARAMS *list, unsigned n, unsigned flags) {
+    (void)flags;
+    if (!list || n == 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (unsigned i = 0; i < n; i++) {
+        CUresult rc = launch(list[i].gridDimX, list[i].gridDimY, list[i].gridDimZ);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
 /* Names from other CUDA libraries, so tests can check the interposer leaves them alone. */
 EXPORT int cudnnCreate(void **handle) {
     *handle = NULL;
@@ -453,7 +474,8 @@ EXPORT int cudaMalloc(void **p, size_t n) {
     X(cuMemRelease) X(cuArrayCreate_v2) X(cuArray3DCreate_v2) X(cuArrayDestroy)                        \
     X(cuMipmappedArrayCreate) X(cuMipmappedArrayDestroy) X(cuLaunchKernel) X(cuLaunchKernel_ptsz)      \
     X(cuLaunchKernelEx) X(cuLaunchKernelEx_ptsz) X(cuLaunchCooperativeKernel)                          \
-    X(cuLaunchCooperativeKernel_ptsz)
+    X(cuLaunchCooperativeKernel_ptsz) X(cuLaunchCooperativeKernelMultiDevice) X(cuGraphLaunch)          \
+    X(cuGraphLaunch_ptsz)
 
 #define STUB_ENTRY(n) {#n, (void *)&n},
 static const struct {

@@ -4,6 +4,8 @@
  *   alloc <n>   ns per cuMemAlloc_v2 + cuMemFree_v2 pair (median of 5 rounds of n)
  *   launch <n>  ns per cuLaunchKernel (median of 5 rounds of n)
  *   init        ms from cuInit to the first successful cuMemAlloc_v2, measured in this process
+ *   init wait   the same, after printing "ready" and waiting for stdin to close: a parent releases many
+ *               processes at once (a crowded start) by closing the one pipe they all read
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +53,13 @@ static double round_launch(long n) {
 
 int main(int argc, char **argv) {
     if (argc >= 2 && strcmp(argv[1], "init") == 0) {
+        if (argc >= 3 && strcmp(argv[2], "wait") == 0) {
+            char buf[64];
+            printf("ready\n");
+            fflush(stdout);
+            while (fread(buf, 1, sizeof buf, stdin) > 0) {
+            }
+        }
         double t0 = now_ns();
         setup();
         CUdeviceptr p;

@@ -43,6 +43,8 @@ struct fns {
     __typeof__(&cuLaunchKernel) launch;
     __typeof__(&cuLaunchKernelEx) launch_ex;
     __typeof__(&cuLaunchCooperativeKernel) launch_coop;
+    __typeof__(&cuLaunchCooperativeKernelMultiDevice) launch_multi;
+    __typeof__(&cuGraphLaunch) graph;
     __typeof__(&nvmlDeviceGetMemoryInfo) nvml_mem;
     __typeof__(&nvmlDeviceGetMemoryInfo_v2) nvml_mem2;
 };
@@ -82,6 +84,8 @@ static void resolve_all(void) {
     R(launch, cuLaunchKernel, "cuLaunchKernel");
     R(launch_ex, cuLaunchKernelEx, "cuLaunchKernelEx");
     R(launch_coop, cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel");
+    R(launch_multi, cuLaunchCooperativeKernelMultiDevice, "cuLaunchCooperativeKernelMultiDevice");
+    R(graph, cuGraphLaunch, "cuGraphLaunch");
     R(nvml_mem, nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo");
     R(nvml_mem2, nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2");
 }
@@ -156,6 +160,13 @@ static CUresult launch_kind(const char *kind, unsigned grid) {
     }
     if (strcmp(kind, "coop") == 0)
         return fn.launch_coop(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL);
+    if (strcmp(kind, "multi") == 0) {
+        CUDA_LAUNCH_PARAMS p = {.gridDimX = grid, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 128, .blockDimY = 1,
+                                .blockDimZ = 1};
+        return fn.launch_multi(&p, 1, 0);
+    }
+    if (strcmp(kind, "graph") == 0) /* the stub runs a graph whose handle is its block count */
+        return fn.graph((CUgraphExec)(uintptr_t)grid, NULL);
     return fn.launch(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
 }
 
@@ -281,7 +292,7 @@ static void run(char *cmd) {
     } else if (strcmp(cmd, "nvmlmem") == 0 || strcmp(cmd, "nvmlmem2") == 0) {
         nvml_mem(cmd[7] == '2');
     } else if (strcmp(cmd, "launch") == 0) {
-        /* launch:count:grid[:plain|ex|coop] */
+        /* launch:count:grid[:plain|ex|coop|multi|graph] */
         int count = atoi(strtok(arg, ":"));
         unsigned grid = (unsigned)atoi(strtok(NULL, ":"));
         char *kind = strtok(NULL, ":");
@@ -290,6 +301,32 @@ static void run(char *cmd) {
         while (n < count && (rc = launch_kind(kind ? kind : "plain", grid)) == CUDA_SUCCESS)
             n++;
         printf("launch rc=%d n=%d\n", rc, n);
+    } else if (strcmp(cmd, "churn") == 0) {
+        /* churn:<size>:<ms> - allocate and free <size> over and over for <ms>; count grants and refusals */
+        uint64_t n = size_arg(strtok(arg, ":"));
+        double end = now_ms() + atof(strtok(NULL, ":"));
+        long ok = 0, oom = 0, other = 0;
+        while (now_ms() < end) {
+            unsigned long long p = 0;
+            rc = fn.alloc(&p, n);
+            if (rc == CUDA_SUCCESS)
+                ok += fn.free(p) == CUDA_SUCCESS;
+            else if (rc == CUDA_ERROR_OUT_OF_MEMORY)
+                oom++;
+            else
+                other++;
+        }
+        printf("churn ok=%ld oom=%ld other=%ld\n", ok, oom, other);
+    } else if (strcmp(cmd, "fill") == 0) {
+        /* fill:<size> - allocate <size> until refused, keeping everything; report how many were granted */
+        uint64_t n = size_arg(arg);
+        long granted = 0;
+        unsigned long long p = 0;
+        while ((rc = fn.alloc(&p, n)) == CUDA_SUCCESS) {
+            push(K_PTR, p);
+            granted++;
+        }
+        printf("fill rc=%d granted=%ld\n", rc, granted);
     } else if (strcmp(cmd, "windows") == 0) {
         launch_windows(arg);
     } else if (strcmp(cmd, "wait") == 0) {
