@@ -17,6 +17,8 @@
 #   callout beside it). --webhook-san adds a subjectAltName to the webhook's certificate,
 #   e.g. IP:127.0.0.1 when the apiserver calls it by URL (docker-compose.yml does).
 # Existing files are kept, so running it again changes nothing; --force makes new ones.
+# It says which files it wrote and where, and refuses an overlay whose kustomization generates no Secrets
+# (otel: it takes those of dev, the overlay it builds on) rather than leave keys where nothing reads them.
 set -eu
 
 tls=0
@@ -31,7 +33,7 @@ while [ $# -gt 0 ]; do
     --namespace) shift; namespace="$1" ;;
     --days) shift; days="$1" ;;
     --webhook-san) shift; webhook_sans="$webhook_sans, $1" ;;
-    -h|--help) sed -n '2,20p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
   esac
@@ -40,15 +42,66 @@ done
 [ $# -eq 1 ] || { echo "usage: $0 [--tls] [--force] [--namespace NS] [--webhook-san SAN] OVERLAY_DIR" >&2; exit 2; }
 command -v openssl >/dev/null || { echo "openssl is required" >&2; exit 1; }
 
+# An overlay is a directory with a kustomization; one without a secretGenerator reads no file written here
+# (a key written there would be unused and, with no .gitignore, one `git add` from being committed). A
+# directory without a kustomization is a plain target (docker-compose.yml writes its certificates so).
+kustomization=""
+for name in kustomization.yaml kustomization.yml Kustomization; do
+  [ -f "$1/$name" ] && { kustomization="$1/$name"; break; }
+done
+takes_secrets() { grep -q '^secretGenerator:' "$1"; }
+if [ -n "$kustomization" ] && ! takes_secrets "$kustomization"; then
+  echo "$0: $1 takes no secrets: $kustomization has no secretGenerator, so nothing would read the files." >&2
+  for parent in $(sed -n 's|^ *- *\(\.\./[^ #]*\).*|\1|p' "$kustomization"); do
+    for name in kustomization.yaml kustomization.yml Kustomization; do
+      if [ -f "$1/$parent/$name" ] && takes_secrets "$1/$parent/$name"; then
+        dir=$(cd "$1/$parent" && pwd)
+        echo "It builds on $parent, whose Secrets it uses: run $0 ${dir#"$PWD"/} instead." >&2
+        break
+      fi
+    done
+  done
+  exit 1
+fi
+
 out="$1/secrets"
 umask 077
 mkdir -p "$out/nats"
 
 fresh() { [ "$force" = 1 ] || [ ! -s "$1" ]; }
 
+# summary: what was written and kept, said once at the end (an operator otherwise cannot tell whether a
+# second run rotated anything). wrote records each file as it is made.
+written=""
+wrote() { for path in "$@"; do written="$written ${path#"$out"/}"; done; }
+summary() {
+  kept=""
+  for path in $(cd "$out" && find . -type f | sed 's|^\./||' | sort); do
+    case " $written " in *" $path "*) ;; *) kept="$kept $path" ;; esac
+  done
+  if [ -n "$written" ]; then
+    echo "wrote to $out/:"
+    for path in $written; do echo "  $path"; done
+  fi
+  if [ -n "$kept" ]; then
+    echo "kept (already there; --force makes new ones):"
+    for path in $kept; do echo "  $path"; done
+  fi
+  if command -v git >/dev/null && git -C "$1" rev-parse --git-dir >/dev/null 2>&1 \
+    && ! git -C "$1" check-ignore -q "secrets/grant-key"; then
+    echo "warning: git does not ignore $out: add /secrets/ to $1/.gitignore" >&2
+  fi
+  if [ -n "$kustomization" ] && grep -q 'secrets/tls/' "$kustomization" && [ ! -s "$out/tls/ca.crt" ]; then
+    echo "$1 also reads TLS files from $out/tls/: run again with --tls" >&2
+    exit 1
+  fi
+  [ -z "$kustomization" ] || echo "next: kubectl apply -k $1"
+}
+
 for user in extender webhook metrics natsauth; do
   if fresh "$out/nats/$user"; then
     printf '%s' "$(openssl rand -hex 24)" > "$out/nats/$user"
+    wrote "$out/nats/$user"
   fi
 done
 
@@ -81,12 +134,14 @@ nkey_b32() {
 mkdir -p "$out/metrics"
 if fresh "$out/metrics/token"; then
   printf '%s' "$(openssl rand -hex 32)" > "$out/metrics/token"
+  wrote "$out/metrics/token"
 fi
 
 # The key the extender signs its grants with and the allocators verify them by (hami.io/vgpu-grant): the
 # device plugin serves an annotation-only allocation only when the signature holds.
 if fresh "$out/grant-key"; then
   printf '%s' "$(openssl rand -hex 32)" > "$out/grant-key"
+  wrote "$out/grant-key"
 fi
 
 issuer_dir="$out/nats-issuer"
@@ -100,9 +155,10 @@ if fresh "$issuer_dir/seed" || fresh "$issuer_dir/issuer"; then
   # prefixes: a seed of an account key is 144 (seed) | 0 >> 5, then 0 << 3; an account's public key is 0
   nkey_b32 "144 0 $seed" > "$issuer_dir/seed"
   nkey_b32 "0 $public" > "$issuer_dir/issuer"
+  wrote "$issuer_dir/seed" "$issuer_dir/issuer"
 fi
 
-[ "$tls" = 1 ] || exit 0
+[ "$tls" = 1 ] || { summary "$1"; exit 0; }
 
 tls_dir="$out/tls"
 mkdir -p "$tls_dir"
@@ -119,6 +175,7 @@ EXT
   openssl req -new -key "$tls_dir/ca.key" -subj "/CN=hami self-signed CA" -out "$work/ca.csr"
   openssl x509 -req -in "$work/ca.csr" -signkey "$tls_dir/ca.key" -days "$days" \
     -extfile "$work/ca.ext" -out "$tls_dir/ca.crt" 2>/dev/null
+  wrote "$tls_dir/ca.crt" "$tls_dir/ca.key"
   force=1  # a new CA invalidates every certificate it signed before
 fi
 
@@ -137,6 +194,7 @@ EXT
     openssl req -new -key "$tls_dir/$1.key" -subj "/CN=$2" -out "$work/$1.csr"
     openssl x509 -req -in "$work/$1.csr" -CA "$tls_dir/ca.crt" -CAkey "$tls_dir/ca.key" -CAcreateserial \
       -CAserial "$work/ca.srl" -days "$days" -extfile "$work/$1.ext" -out "$tls_dir/$1.crt" 2>/dev/null
+    wrote "$tls_dir/$1.crt" "$tls_dir/$1.key"
   fi
 }
 
@@ -158,6 +216,7 @@ EXT
     openssl req -new -key "$tls_dir/$1.key" -subj "/CN=$2" -out "$work/$1.csr"
     openssl x509 -req -in "$work/$1.csr" -CA "$tls_dir/ca.crt" -CAkey "$tls_dir/ca.key" -CAcreateserial \
       -CAserial "$work/ca.srl" -days "$days" -extfile "$work/$1.ext" -out "$tls_dir/$1.crt" 2>/dev/null
+    wrote "$tls_dir/$1.crt" "$tls_dir/$1.key"
   fi
 }
 
@@ -165,3 +224,4 @@ EXT
 client scheduler-client hami-scheduler
 nats="hami-nats.$namespace.svc"
 serve nats "$nats" "DNS:hami-nats, DNS:hami-nats.$namespace, DNS:$nats, DNS:$nats.cluster.local, DNS:localhost, IP:127.0.0.1"
+summary "$1"

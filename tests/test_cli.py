@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from hami_cli.decode import DECODERS
+from hami_cli.main import COMMANDS
+
+ROOT = Path(__file__).resolve().parent.parent
 HAMI = str(Path(sys.executable).parent / "hami")
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+WRAPPER = str(ROOT / "hami")  # what the README runs: ./hami, without activating .venv
+EXAMPLES = ROOT / "examples"
+KEYS = ROOT / "libs" / "hami_common" / "annotations" / "keys.py"
+READY = "adds pods"
 
 
 def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -59,7 +69,7 @@ def test_up_places_the_examples_serves_metrics_and_stops_cleanly(tmp_path: Path)
 
 
 def test_submit_without_a_running_stack_says_so(tmp_path: Path) -> None:
-    done = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--workdir", str(tmp_path))
+    done = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--dir", str(tmp_path))
     assert done.returncode == 1
     assert "no running `hami up`" in done.stderr
 
@@ -80,7 +90,7 @@ def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(
     try:
         assert up.stdout is not None
         for line in up.stdout:
-            if "`hami submit -f pod.yaml` adds pods" in line:
+            if READY in line:
                 break
         else:
             pytest.fail(f"hami up ended early: {up.stderr.read() if up.stderr else ''}")
@@ -95,3 +105,264 @@ def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(
         out, _ = up.communicate(timeout=60)
     assert up.returncode == 0
     assert out.rstrip().endswith("stopped.")
+
+
+def test_the_wrapper_at_the_root_runs_hami_without_an_activated_venv() -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV",)}
+    env["PATH"] = "/usr/bin:/bin"  # no .venv/bin: as in a fresh terminal
+    done = subprocess.run([WRAPPER, "--help"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    for command in COMMANDS:  # each subcommand is named and described
+        assert f"  {command}  " in done.stdout or f"  {command} " in done.stdout
+    assert "GPU overview" in done.stdout
+
+
+@pytest.mark.parametrize("command", ["up", "submit", "status", "decode"])
+def test_each_command_has_its_own_help(command: str) -> None:
+    done = run(command, "--help")
+    assert done.returncode == 0, done.stderr
+    assert f"usage: hami {command}" in done.stdout
+
+
+def _keys_of_keys_py() -> dict[str, str]:
+    """Every annotation or label key written in keys.py (names whose value has a '/'), read from its source."""
+    found = {}
+    for node in ast.parse(KEYS.read_text()).body:
+        if (
+            (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and isinstance(node.value, ast.Constant)
+            )
+            and isinstance(node.value.value, str)
+            and "/" in node.value.value
+        ):
+            found[node.target.id] = node.value.value
+    return found
+
+
+def test_decode_knows_every_key_the_project_knows() -> None:
+    keys = _keys_of_keys_py()
+    assert len(keys) > 20
+    assert sorted(set(keys.values()) - set(DECODERS)) == []
+
+
+def test_decode_of_the_vgpu_node_annotation() -> None:
+    done = run("decode", "hami.io/vgpu-node", "gpu-node-1")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == "gpu-node-1"
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "hami.io/vgpu-devices-allocated",
+        "hami.io/vgpu-devices-to-allocate",
+        "hami.io/trace-context",
+        "hami.io/vgpu-grant",
+        "hami.io/bind-phase",
+        "hami.io/node-handshake",
+        "hami.io/vgpu-node",
+        "nvidia.com/numa-bind",
+    ],
+)
+def test_decode_refuses_garbage(key: str) -> None:
+    done = run("decode", key, "garbage!")
+    assert done.returncode == 1
+    assert key in done.stderr
+
+
+def test_decode_of_a_trace_context() -> None:
+    done = run("decode", "hami.io/trace-context", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["trace_id"] == "0af7651916cd43dd8448eb211c80319c"
+
+
+def test_status_and_submit_pick_the_run_or_ask_which(tmp_path: Path) -> None:
+    """Several runs: each in its own folder; a dead one is ignored; two live ones make the command ask."""
+    from hami_cli.state import NoStackError, UpState, pick_running, write_state
+
+    def state(pid: int) -> UpState:
+        return UpState(api_url="http://x", kubeconfig="k", webhook_url="w", ca_file="c", metrics_url="m",
+                       nats_url="n", pid=pid)  # fmt: skip
+
+    with pytest.raises(NoStackError, match="no running `hami up`"):
+        pick_running(None, tmp_path)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    for name, pid in (("a", os.getpid()), ("b", int(dead.stdout))):
+        (tmp_path / name).mkdir()
+        write_state(tmp_path / name, state(pid))
+    assert pick_running(None, tmp_path)[0] == tmp_path / "a"
+    (tmp_path / "c").mkdir()
+    write_state(tmp_path / "c", state(os.getppid()))
+    with pytest.raises(NoStackError, match="choose one") as err:
+        pick_running(None, tmp_path)
+    assert f"--dir {tmp_path / 'a'}" in str(err.value)
+    assert f"--dir {tmp_path / 'c'}" in str(err.value)
+    assert pick_running(tmp_path / "c", tmp_path)[1].pid == os.getppid()
+    with pytest.raises(NoStackError, match="has ended"):
+        pick_running(tmp_path / "b", tmp_path)
+
+
+def _start_up(workdir: Path | None, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    flags = ["--workdir", str(workdir)] if workdir else []
+    return subprocess.Popen(
+        [HAMI, "up", *flags, "--nodes", "2", "--gpus", "2", "--metrics-port", "0", *extra],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
+    )  # fmt: skip
+
+
+def _wait_ready(up: subprocess.Popen[str]) -> str:
+    assert up.stdout is not None
+    seen = []
+    for line in up.stdout:
+        seen.append(line)
+        if READY in line:
+            return "".join(seen)
+    pytest.fail(f"hami up ended early: {''.join(seen)} {up.stderr.read() if up.stderr else ''}")
+
+
+@pytest.fixture
+def two_stacks(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str]]]:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default run folders go under this test's folder
+    ups = [_start_up(None, "--no-examples", env=env) for _ in range(2)]
+    try:
+        for up in ups:
+            _wait_ready(up)
+        yield ups[0], ups[1]
+    finally:
+        for up in ups:
+            if up.poll() is None:
+                os.killpg(up.pid, signal.SIGINT)
+                up.communicate(timeout=60)
+
+
+@pytest.mark.timeout(240)
+def test_two_stacks_run_side_by_side_and_status_asks_which(
+    tmp_path: Path, two_stacks: tuple[subprocess.Popen[str], subprocess.Popen[str]]
+) -> None:
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    root = tmp_path / f"hami-up-{os.getuid()}"
+    folders = sorted(p for p in root.iterdir() if (p / "hami-up.json").exists())
+    assert len(folders) == 2  # each run its own kubeconfig, inventory and state
+    done = subprocess.run([HAMI, "status"], capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 1
+    assert "2 `hami up` stacks are running" in done.stderr
+    for folder in folders:
+        shown = subprocess.run([HAMI, "status", "--dir", str(folder), "-o", "json"], capture_output=True,
+                               text=True, env=env, timeout=60, check=False)  # fmt: skip
+        assert shown.returncode == 0, shown.stderr
+        view = json.loads(shown.stdout)
+        assert len(view["gpus"]) == 4
+        assert view["metrics"] == "ok"
+        assert all(g["memory_used_mib"] is not None for g in view["gpus"])  # used, from the metrics service
+    first, _ = two_stacks
+    os.killpg(first.pid, signal.SIGINT)
+    first.communicate(timeout=60)
+    done = subprocess.run([HAMI, "status", "-o", "json"], capture_output=True, text=True, env=env, timeout=60,
+                          check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr  # the one left is picked without --dir
+
+
+@pytest.mark.timeout(150)
+def test_ctrl_c_stops_quietly_and_says_what_it_waits_for(tmp_path: Path) -> None:
+    """Ctrl-C reaches the whole process group, as a terminal sends it; an OTLP collector that is down."""
+    env = {**os.environ, "OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:9"}
+    up = _start_up(tmp_path, "--no-examples", env=env)
+    _wait_ready(up)
+    os.killpg(up.pid, signal.SIGINT)
+    out, err = up.communicate(timeout=60)
+    assert up.returncode == 0
+    assert "Traceback" not in err
+    assert "KeyboardInterrupt" not in err
+    assert "stopping: the scheduler, NATS, 2 nodes" in out
+    assert "sending the last spans to http://127.0.0.1:9 (at most 1 s)" in out
+    assert out.rstrip().endswith("stopped.")
+    log = (tmp_path / "hami-up.log").read_text()
+    stop = log.split("stopping NATS before the services", 1)
+    assert len(stop) == 2
+    noisy = [
+        line
+        for line in stop[1].splitlines()
+        if (" WARNING " in line or " ERROR " in line) and "opentelemetry" not in line  # the collector is down
+    ]
+    assert noisy == []
+    assert not (tmp_path / "hami-up.json").exists()  # `hami status` now says none runs here
+
+
+MIXED_YAML = """\
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-x}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpu-quota, namespace: team-x}
+spec: {hard: {limits.nvidia.com/gpumem: "8000"}}
+---
+apiVersion: v1
+kind: Namespace
+metadata: {name: default}
+"""
+LIST_YML = """\
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: Pod
+    metadata: {name: trainer, namespace: team-x}
+    spec:
+      schedulerName: hami-scheduler
+      containers:
+        - name: main
+          image: busybox
+          resources: {limits: {nvidia.com/gpu: "1", nvidia.com/gpumem: "2000"}}
+  - apiVersion: policy/v1
+    kind: PodDisruptionBudget
+    metadata: {name: trainer, namespace: team-x}
+    spec: {minAvailable: 1, selector: {matchLabels: {app: trainer}}}
+"""
+DEPLOYMENT_JSON = {
+    "apiVersion": "apps/v1",
+    "kind": "Deployment",
+    "metadata": {"name": "web"},
+    "spec": {"selector": {}, "template": {"spec": {"containers": [{"name": "web", "image": "nginx"}]}}},
+}
+
+
+@pytest.mark.timeout(150)
+def test_submit_applies_every_kind_it_can_and_reports_each_object(tmp_path: Path) -> None:
+    """A folder as kubectl reads it: a .yaml with several documents, a .yml holding a List, a .json; each object
+    reported on its own line, an existing one left unchanged, a kind the emulator does not serve skipped with
+    the reason (and rc 1, as kubectl fails on what it cannot apply)."""
+    import httpx
+
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    (manifests / "a-namespace.yaml").write_text(MIXED_YAML)
+    (manifests / "b-workload.yml").write_text(LIST_YML)
+    (manifests / "c-deployment.json").write_text(json.dumps(DEPLOYMENT_JSON))
+    (manifests / "notes.txt").write_text("not a manifest")
+    up = _start_up(tmp_path / "stack", "--no-examples")
+    try:
+        _wait_ready(up)
+        done = run("submit", "-f", str(manifests), "--dir", str(tmp_path / "stack"))
+        state = json.loads((tmp_path / "stack" / "hami-up.json").read_text())
+        with httpx.Client(base_url=state["api_url"], timeout=10) as api:
+            quota = api.get("/api/v1/namespaces/team-x/resourcequotas/gpu-quota")
+            pod = api.get("/api/v1/namespaces/team-x/pods/trainer")
+            pdb = api.get("/apis/policy/v1/namespaces/team-x/poddisruptionbudgets/trainer")
+    finally:
+        os.killpg(up.pid, signal.SIGINT)
+        up.communicate(timeout=60)
+    assert done.returncode == 1, done.stderr
+    assert done.stdout.splitlines() == [
+        "namespace/team-x created",  # namespaces first, pods last: the quota is there before the pod
+        "namespace/default unchanged (already exists)",
+        "resourcequota/gpu-quota created",
+        "poddisruptionbudget/trainer created",
+        "pod/trainer created",
+    ]
+    assert "deployment/web skipped: apps/v1 Deployment is not served by this stack's apiserver" in done.stderr
+    assert quota.status_code == pod.status_code == pdb.status_code == 200
+    assert "hami.io/trace-context" in pod.json()["metadata"]["annotations"]  # it went through the webhook

@@ -1,4 +1,4 @@
-"""``hami submit -f pod.yaml`` and ``hami status`` against a running ``hami up``."""
+"""``hami submit -f FILE`` against a running ``hami up``, and ``hami status`` against it or any cluster."""
 
 from __future__ import annotations
 
@@ -7,85 +7,200 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any, Final
 
-from hami_cli.manifests import read_pods
-from hami_cli.state import default_workdir, read_state
-from hami_common.errors import HamiError
+import httpx
+import msgspec
+
+from hami_cli.manifests import read_documents
+from hami_cli.state import UpState, pick_running
+from hami_cli.status import Overview, Usage, build_overview, parse_usage, render_overview
+from hami_common.errors import HamiError, InvalidInput
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.service import run_loop
+from hami_sim.kubeapi import RESOURCES, ResourceType
 from hami_sim.stack import Admitter
-from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
+from hami_sim.stack.report import FAILED_SCHEDULING
 
-__all__ = ["status_main", "submit_main"]
+__all__ = ["PLACEMENT_HEADERS", "STATUS_HEADERS", "status_main", "submit_main"]
 
 STATUS_HEADERS = ("NODE", "GPU", "TYPE", "MEMORY", "CORES", "SLICES", "PODS")
 PLACEMENT_HEADERS = ("POD", "NODE", "DEVICES", "STATE")
+# Created by the stack, or only a verb on a pod: a manifest of these would fight the stack, not configure it.
+_STACK_OWNED: Final = frozenset({"Binding", "Event", "MutatingWebhookConfiguration"})
+_METRICS_TIMEOUT_S: Final = 3.0
+Json = dict[str, Any]
 
 
-def _workdir_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--workdir", type=Path, default=default_workdir(), help="the running `hami up`'s folder")
+def _dir_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--dir",
+        "--workdir",
+        dest="workdir",
+        type=Path,
+        help="the work directory of the `hami up` to use (needed only when several run)",
+    )
 
 
-async def _submit(workdir: Path, files: list[Path]) -> int:
-    state = read_state(workdir)
-    if state.kube == "real":  # kube-apiserver calls the webhook itself; we only create, as kubectl would
-        tls = ssl.create_default_context(cafile=state.api_ca)
-        tls.load_cert_chain(state.client_cert, state.client_key)
-        admitter = Admitter(state.webhook_url, state.ca_file, state.api_url, api_tls=tls, review=False)
-    else:
-        admitter = Admitter(state.webhook_url, state.ca_file, state.api_url)
+def _api_tls(state: UpState) -> ssl.SSLContext | None:
+    if state.kube != "real":
+        return None
+    tls = ssl.create_default_context(cafile=state.api_ca)
+    tls.load_cert_chain(state.client_cert, state.client_key)
+    return tls
+
+
+def _kinds() -> dict[tuple[str, str], ResourceType]:
+    return {(rt.api_version, rt.kind): rt for rt in RESOURCES}
+
+
+def _label(doc: Json) -> str:
+    return f"{str(doc.get('kind') or '?').lower()}/{(doc.get('metadata') or {}).get('name') or '?'}"
+
+
+def _order(doc: Json) -> int:
+    """Namespaces first and pods last, so a file's quota is in place before its pods are admitted."""
+    return {"Namespace": 0, "Pod": 2}.get(str(doc.get("kind")), 1)
+
+
+async def _create(api: httpx.AsyncClient, rt: ResourceType, doc: Json) -> str:
+    namespace = str((doc.get("metadata") or {}).get("namespace") or "default")
+    base = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
+    path = f"{base}/namespaces/{namespace}/{rt.plural}" if rt.namespaced else f"{base}/{rt.plural}"
+    try:
+        reply = await api.post(path, content=msgspec.json.encode(doc), headers={"Content-Type": "application/json"})
+    except httpx.HTTPError as err:
+        raise HamiError(f"apiserver unreachable: {err}") from err
+    if reply.status_code == httpx.codes.CONFLICT:
+        return "unchanged (already exists)"
+    if reply.status_code >= httpx.codes.BAD_REQUEST:
+        try:
+            message = str(msgspec.json.decode(reply.content).get("message") or reply.text)
+        except (msgspec.DecodeError, AttributeError):
+            message = reply.text
+        raise InvalidInput(f"refused by the apiserver (HTTP {reply.status_code}): {message[:300]}")
+    return "created"
+
+
+async def _submit(workdir: Path | None, files: list[Path]) -> int:
+    where, state = pick_running(workdir)
+    docs = sorted(read_documents(files), key=_order)
+    if not docs:
+        print("hami submit: the files hold no manifests", file=sys.stderr)
+        return 1
+    kinds = _kinds()
+    tls = _api_tls(state)
+    admitter = Admitter(state.webhook_url, state.ca_file, state.api_url, api_tls=tls, review=state.kube != "real")
     status = 0
     try:
-        for pod in read_pods(files):
-            name = pod.get("metadata", {}).get("name", "?")
-            try:
-                await admitter.create(pod)
-                print(f"pod/{name} created")
-            except HamiError as err:
-                print(f"pod/{name}: {err}", file=sys.stderr)
-                status = 1
+        async with httpx.AsyncClient(base_url=state.api_url, verify=tls or True, timeout=10.0) as api:
+            for doc in docs:
+                label = _label(doc)
+                kind, version = str(doc.get("kind") or ""), str(doc.get("apiVersion") or "")
+                rt = kinds.get((version, kind))
+                try:
+                    if kind == "Pod" and version == "v1":  # through the webhook, as the apiserver would
+                        await admitter.create(doc)
+                        outcome = "created"
+                    elif rt is None or kind in _STACK_OWNED:
+                        why = "the stack manages it" if rt is not None else "not served by this stack's apiserver"
+                        print(f"{label} skipped: {version or '?'} {kind or '?'} is {why}", file=sys.stderr)
+                        status = 1
+                        continue
+                    else:
+                        outcome = await _create(api, rt, doc)
+                    print(f"{label} {outcome}")
+                except HamiError as err:
+                    print(f"{label}: {err}", file=sys.stderr)
+                    status = 1
     finally:
         await admitter.close()
+    if status:
+        print(f"(stack: {where})", file=sys.stderr)
     return status
 
 
-async def _status(workdir: Path) -> int:
-    state = read_state(workdir)
-    async with KubeClient.from_settings(KubeSettings(kubeconfig=state.kubeconfig)) as kube:
-        nodes, _ = await kube.list_nodes()
-        pods, _ = await kube.list_pods()
-        events = await kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
-    print(render_table(STATUS_HEADERS, status_rows(nodes, pods)))
-    print()
-    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, pending_reasons(events))))
-    print(f"\nmetrics: {state.metrics_url}\nkubeconfig: {state.kubeconfig}")
-    return 0
-
-
 def submit_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hami submit", description="admit and create pods in `hami up`'s cluster")
-    parser.add_argument("-f", "--filename", type=Path, action="append", required=True, help="YAML file or folder")
-    _workdir_flag(parser)
+    parser = argparse.ArgumentParser(
+        prog="hami submit",
+        description="Create the objects of YAML files in the running `hami up`'s cluster, as `kubectl create -f` "
+        "does: pods through the webhook; namespaces, resource quotas, nodes and leases directly. Other kinds "
+        "are skipped with the reason.",
+    )
+    parser.add_argument(
+        "-f", "--filename", type=Path, action="append", required=True, help="a YAML file, or a folder of them"
+    )
+    _dir_flag(parser)
     args = parser.parse_args(argv)
     try:
         return run_loop(_submit(args.workdir, args.filename))
-    except FileNotFoundError:
-        print(f"hami submit: no running `hami up` in {args.workdir}", file=sys.stderr)
-        return 1
     except HamiError as err:
         print(f"hami submit: {err}", file=sys.stderr)
         return 1
 
 
+# --- status ------------------------------------------------------------------------------------------------
+
+
+class _Target(msgspec.Struct, frozen=True):
+    settings: KubeSettings
+    metrics_url: str
+
+
+def _target(args: argparse.Namespace) -> _Target:
+    """The local stack unless a cluster is named (--kubeconfig, --context, --in-cluster)."""
+    if args.kubeconfig or args.context or args.in_cluster:
+        # Empty: the service account in a pod, else $KUBECONFIG or ~/.kube/config (as kubectl chooses).
+        kubeconfig = "" if args.in_cluster else (args.kubeconfig or "")
+        return _Target(KubeSettings(kubeconfig=kubeconfig, kube_context=args.context or ""), args.metrics or "")
+    _, state = pick_running(args.workdir)
+    return _Target(KubeSettings(kubeconfig=state.kubeconfig), args.metrics or state.metrics_url)
+
+
+async def _usage(url: str) -> tuple[Usage | None, str]:
+    if not url:
+        return None, "not given: --metrics URL adds memory and cores in use"
+    try:
+        async with httpx.AsyncClient(timeout=_METRICS_TIMEOUT_S) as client:
+            reply = await client.get(url)
+        reply.raise_for_status()
+        return parse_usage(reply.text), "ok"
+    except (httpx.HTTPError, ValueError) as err:
+        return None, f"not reachable: {err or type(err).__name__}"
+
+
+async def _overview(target: _Target) -> Overview:
+    async with KubeClient.from_settings(target.settings) as kube:
+        nodes, _ = await kube.list_nodes()
+        pods, _ = await kube.list_pods()
+        events = await kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
+        server = str(kube.api_client.configuration.host)
+    usage, metrics = await _usage(target.metrics_url)
+    return build_overview(server, nodes, pods, events, usage, metrics_url=target.metrics_url, metrics=metrics)
+
+
 def status_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(prog="hami status", description="nodes, GPUs, slices and the pods using them")
-    _workdir_flag(parser)
+    parser = argparse.ArgumentParser(
+        prog="hami status",
+        description="GPU overview of a cluster: every GPU node's cards with memory and cores booked (from the "
+        "pods' annotations) and in use (from the metrics service, when it answers), slices and the pods holding "
+        "them; then every GPU pod with its devices, and why each pending one waits (its FailedScheduling "
+        "event). The running `hami up` by default; any cluster with --kubeconfig/--context/--in-cluster.",
+    )
+    _dir_flag(parser)
+    parser.add_argument("--kubeconfig", help="a cluster's kubeconfig instead of the local stack")
+    parser.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
+    parser.add_argument("--in-cluster", action="store_true", help="the service account of the pod this runs in")
+    parser.add_argument("--metrics", help="the metrics service's /metrics URL (the local stack's by default)")
+    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="json: for scripts")
     args = parser.parse_args(argv)
     try:
-        return run_loop(_status(args.workdir))
-    except FileNotFoundError:
-        print(f"hami status: no running `hami up` in {args.workdir}", file=sys.stderr)
-        return 1
+        view = run_loop(_overview(_target(args)))
     except HamiError as err:
         print(f"hami status: {err}", file=sys.stderr)
         return 1
+    if args.output == "json":
+        sys.stdout.write(msgspec.json.format(msgspec.json.encode(view), indent=2).decode() + "\n")
+    else:
+        print(render_overview(view))
+    return 0

@@ -12,26 +12,28 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import signal
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from hami_cli.manifests import read_pods
-from hami_cli.state import UpState, default_workdir, write_state
+from hami_cli.state import NoStackError, UpState, read_state, remove_state, run_workdir, write_state
 from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
 from hami_common.annotations import TRACE_CONTEXT
 from hami_common.errors import HamiError
 from hami_common.service import LOG_FORMAT, run_loop
-from hami_common.tracing import setup_tracing
+from hami_common.tracing import OTEL_ENDPOINT, OTEL_TRACES_ENDPOINT, setup_tracing
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
@@ -41,12 +43,21 @@ __all__ = ["main"]
 log = logging.getLogger(__name__)
 
 METRICS_PORT: Final = 31993  # HAMi's monitor port
+CTRL_C_POLL_S: Final = 0.2  # how often the Ctrl-C watcher checks whether the stack has stopped
+TRACE_FLUSH_S: Final = 1.0  # the longest the stop waits for an OTLP collector
+HAMI: Final = "`./hami"  # how the README runs it from the checkout
 SETTLE_S: Final = 30.0  # how long the demo waits for its examples to land before printing
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hami up", description=__doc__)
-    parser.add_argument("--workdir", type=Path, default=default_workdir(), help="kubeconfig, certificates, logs")
+    parser.add_argument(
+        "--workdir",
+        "--dir",
+        dest="workdir",
+        type=Path,
+        help="kubeconfig, certificates, logs (default: a folder of this run's own, $TMPDIR/hami-up-<uid>/<pid>)",
+    )
     parser.add_argument("--nodes", type=int, default=4, help="simulated GPU nodes")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
     parser.add_argument("--examples", type=Path, default=Path("examples"), help="pod YAML files to submit at start")
@@ -141,13 +152,31 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
         )
 
 
+def _hold_ctrl_c() -> None:
+    """Block SIGINT before any thread or child starts. The terminal sends Ctrl-C to the whole process group;
+    children inherit the blocked mask (nats-server, the API emulator, kube-apiserver keep serving instead of
+    dying under the services with a traceback and a burst of reconnect warnings), and ``_watch_ctrl_c``
+    takes it for this process alone, which then stops everything in order."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+
+def _watch_ctrl_c(loop: asyncio.AbstractEventLoop, stop: asyncio.Event, done: threading.Event) -> None:
+    while not done.is_set():
+        if signal.sigtimedwait({signal.SIGINT}, CTRL_C_POLL_S) is not None:
+            if stop.is_set():
+                print("  (already stopping)", flush=True)
+            loop.call_soon_threadsafe(stop.set)
+
+
 async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
     workdir: Path = args.workdir
     sockdir = Path(tempfile.mkdtemp(prefix="hami-", dir="/tmp"))
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    loop.add_signal_handler(signal.SIGTERM, stop.set)
+    watching = threading.Event()
+    watcher = threading.Thread(target=_watch_ctrl_c, args=(loop, stop, watching), name="ctrl-c", daemon=True)
+    watcher.start()
     config = StackConfig(
         workdir=workdir,
         sockdir=sockdir,
@@ -171,6 +200,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             ca_file=str(cluster.tls.ca) if cluster.tls else "",
             metrics_url=cluster.metrics_url,
             nats_url=cluster.nats.url,
+            pid=os.getpid(),
             **_real_access(cluster),
         )
         write_state(workdir, state)
@@ -185,17 +215,21 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             uids = await _submit_examples(cluster, args.examples)
             await _show(cluster, uids, exporter)
         print(
-            "\n`hami submit -f pod.yaml` adds pods, `hami status` shows the GPUs. Ctrl-C stops everything.", flush=True
+            f"\n{HAMI} submit -f pod.yaml` adds pods, {HAMI} status` shows the GPUs (or `hami ...` with .venv/bin on "
+            "your PATH). Ctrl-C stops everything.",
+            flush=True,
         )
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(stop.wait(), timeout=args.duration)
-        print("stopping ...", flush=True)
+        print(f"stopping: the scheduler, NATS, {args.nodes} nodes, the services, the Kubernetes API ...", flush=True)
     finally:
+        remove_state(workdir)  # from now on `hami status` says no stack runs here, not "connection refused"
         await cluster.close()
         shutil.rmtree(sockdir, ignore_errors=True)
+        watching.set()
 
 
-def _real_access(cluster: LocalCluster) -> dict[str, str]:
+def _real_access(cluster: LocalCluster) -> dict[str, Any]:
     if cluster.real is None:
         return {}
     plane = cluster.real.plane
@@ -211,19 +245,41 @@ def _fields(config: StackConfig) -> dict[str, Any]:
     return {name: getattr(config, name) for name in StackConfig.__dataclass_fields__}
 
 
+def _shutdown_tracing(provider: TracerProvider) -> None:
+    """Send the spans still queued, but never let an unreachable collector hold the stop for long."""
+    endpoint = os.environ.get(OTEL_TRACES_ENDPOINT) or os.environ.get(OTEL_ENDPOINT)
+    if endpoint:
+        print(f"sending the last spans to {endpoint} (at most {TRACE_FLUSH_S:g} s) ...", flush=True)
+    # In a daemon thread: the OTLP exporter retries with backoff for up to its 10 s timeout per batch.
+    flusher = threading.Thread(target=provider.shutdown, name="otel-shutdown", daemon=True)
+    flusher.start()
+    flusher.join(TRACE_FLUSH_S)
+    if flusher.is_alive():
+        print(f"  {endpoint} did not take them in time; the rest are dropped", flush=True)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    if args.workdir is None:
+        args.workdir = run_workdir()
+    else:
+        try:
+            other = read_state(args.workdir)
+        except NoStackError:
+            pass
+        else:
+            print(f"hami up: another `hami up` (pid {other.pid}) runs in {args.workdir}; choose another --workdir")
+            return 1
     args.workdir.mkdir(parents=True, exist_ok=True)
+    _hold_ctrl_c()
     _log_to(args.workdir / "hami-up.log")
     exporter = InMemorySpanExporter()
     provider = setup_tracing("hami-up", extra_processor=SimpleSpanProcessor(exporter))
-    print(f"hami up: {args.nodes} nodes × {args.gpus} GPUs", flush=True)
+    print(f"hami up: {args.nodes} nodes × {args.gpus} GPUs (work directory {args.workdir})", flush=True)
     try:
         run_loop(_up(args, exporter))
-    except KeyboardInterrupt:
-        print("stopping ...", flush=True)
     finally:
         if provider is not None:
-            provider.shutdown()
+            _shutdown_tracing(provider)
     print("stopped.", flush=True)
     return 0

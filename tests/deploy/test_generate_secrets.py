@@ -155,3 +155,52 @@ async def test_the_extender_admits_kube_schedulers_client_certificate_only(gener
     cert = x509.load_pem_x509_certificate((tls / "scheduler-client.crt").read_bytes())
     usages = cert.extensions.get_extension_for_class(x509.ExtendedKeyUsage).value
     assert list(usages) == [x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]
+
+
+def copy_overlays(tmp_path: Path) -> Path:
+    """The overlays and the base they build on, copied so the script can write beside them."""
+    root = tmp_path / "deploy"
+    shutil.copytree(DEPLOY / "kustomize", root / "kustomize", ignore=shutil.ignore_patterns("secrets"))
+    return root / "kustomize" / "overlays"
+
+
+def test_it_says_what_it_wrote_and_where_then_what_it_kept(tmp_path: Path) -> None:
+    overlay = copy_overlays(tmp_path) / "production"
+    first = subprocess.run(["sh", str(SCRIPT), str(overlay)], capture_output=True, text=True, timeout=60, check=True)
+    assert f"wrote to {overlay}/secrets/:" in first.stdout
+    listed = {line.strip() for line in first.stdout.splitlines() if line.startswith("  ")}
+    assert listed == set(contents(overlay / "secrets"))
+    assert {"grant-key", "metrics/token", "nats-issuer/seed", "nats/extender"} <= listed
+    again = subprocess.run(["sh", str(SCRIPT), str(overlay)], capture_output=True, text=True, timeout=60, check=True)
+    assert "wrote to" not in again.stdout
+    assert "kept (already there; --force makes new ones):" in again.stdout
+
+
+def test_an_overlay_that_takes_no_secrets_is_refused_and_pointed_at_the_one_it_uses(tmp_path: Path) -> None:
+    """otel renders dev's Secrets: keys written into otel/ would be read by nothing (and were once a
+    CA key in a folder git did not ignore)."""
+    otel = copy_overlays(tmp_path) / "otel"
+    proc = subprocess.run(["sh", str(SCRIPT), "--tls", str(otel)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "takes no secrets" in proc.stderr
+    assert "overlays/dev instead" in proc.stderr
+    assert not (otel / "secrets").exists()
+
+
+def test_an_overlay_reading_tls_files_asks_for_tls(tmp_path: Path) -> None:
+    dev = copy_overlays(tmp_path) / "dev"
+    proc = subprocess.run(["sh", str(SCRIPT), str(dev)], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert "run again with --tls" in proc.stderr
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="git not installed")
+def test_git_ignores_every_overlays_secrets() -> None:
+    overlays = sorted(p for p in (DEPLOY / "kustomize" / "overlays").iterdir() if p.is_dir())
+    assert overlays
+    for overlay in overlays:
+        probe = overlay / "secrets" / "tls" / "ca.key"
+        proc = subprocess.run(["git", "check-ignore", "-q", str(probe)], cwd=DEPLOY, timeout=30, check=False)
+        assert proc.returncode in (0, 128), f"git does not ignore {probe}"  # 128: not a git checkout
+        if proc.returncode == 128:
+            pytest.skip("not a git checkout")

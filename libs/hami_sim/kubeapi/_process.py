@@ -79,7 +79,9 @@ class KubeApiProcess:
             "--host", self.host, "--port", str(self.port),
             "--bookmark-interval", str(self.bookmark_interval), "--history", str(self.history),
         ]  # fmt: skip
-        self._child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        # A process group of its own, so a terminal's Ctrl-C (sent to the whole foreground group) does not kill
+        # it with a KeyboardInterrupt traceback under the services; it ends when its stdin closes.
+        self._child = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, process_group=0)
         return self._child
 
     def _call(self, command: Command) -> Reply:
