@@ -17,6 +17,7 @@ from hami_common.annotations.registration import DeviceInfo
 __all__ = [
     "SCHEMA_VERSION",
     "AdmissionEvent",
+    "AdmissionMessage",
     "AllocationResult",
     "BusEvent",
     "ContainerPlacement",
@@ -26,6 +27,8 @@ __all__ = [
     "PlacedDevice",
     "PlacementDecision",
     "PodEnded",
+    "QuotaResource",
+    "QuotaUsage",
     "UsageMessage",
     "UsageSample",
 ]
@@ -49,6 +52,26 @@ class AdmissionEvent(BusEvent, frozen=True, kw_only=True, tag="admission"):
     mutated: bool = False
     gpu_containers: int = 0
     reason: str = ""
+    at_ns: int
+
+
+class QuotaResource(msgspec.Struct, frozen=True, kw_only=True):
+    """One tracked quota resource of a namespace (HAMi's ``quota_name``), in the resource's own unit."""
+
+    name: str  # e.g. "nvidia.com/gpumem" (MiB) or "nvidia.com/gpucores" (percent of a card)
+    used: int
+    limit: int | None = None  # None: no ResourceQuota sets limits.<name>
+
+
+class QuotaUsage(BusEvent, frozen=True, kw_only=True, tag="quota"):
+    """A namespace's GPU quota as the webhook's caches hold it, on ``hami.admission.<namespace>``.
+
+    A whole snapshot, sent when it changes and periodically: a consumer that missed one (core NATS keeps
+    nothing) is right again at the next. No resources: the namespace no longer has a GPU quota.
+    """
+
+    namespace: str
+    resources: tuple[QuotaResource, ...] = ()
     at_ns: int
 
 
@@ -170,3 +193,6 @@ class NodePods(BusEvent, frozen=True, kw_only=True, tag="node-pods"):
 
 # Everything only node agents publish on hami.usage.<node>; consumers of that subject decode this union.
 UsageMessage: TypeAlias = UsageSample | DeviceSample | PodEnded | NodePods
+
+# What the webhook publishes on hami.admission.<namespace>; consumers of that subject decode this union.
+AdmissionMessage: TypeAlias = AdmissionEvent | QuotaUsage

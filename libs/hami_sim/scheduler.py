@@ -4,8 +4,11 @@ kube-scheduler with ``nodeCacheCapable: true`` sends ``ExtenderArgs`` with the p
 names, takes a node from the answer, and, since the extender owns ``bindVerb``, asks it to bind. This
 driver does the same for every pod whose ``schedulerName`` is ours and that has no node yet: one
 scheduling cycle at a time (filters are sequential, as in kube-scheduler), binds in the background. A
-pod that fits nowhere stays pending: the driver records a ``FailedScheduling`` Event with the reasons and
-tries again later, as the real scheduler's backoff queue does. Errors are retried with backoff.
+pod that fits nowhere, or whose filter fails, stays pending: the driver records a ``FailedScheduling`` Event
+with the reasons (or the error) and tries again after a per-pod backoff that doubles from 1 s up to 10 s, as
+kube-scheduler's backoff queue does (podInitialBackoffSeconds, podMaxBackoffSeconds); an update of the pod
+does not cut the backoff short. So a pod that can never be placed costs a bounded number of calls, Events
+(which the recorder aggregates) and log lines per minute.
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ DEFAULT_SCHEDULER: Final = DEFAULT_SCHEDULER_NAME
 NO_NODES: Final = "no nodes available to schedule pods"
 FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler records for a pod left pending
 _HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
+INITIAL_BACKOFF_S: Final = 1.0  # kube-scheduler's podInitialBackoffSeconds
+MAX_BACKOFF_S: Final = 10.0  # kube-scheduler's podMaxBackoffSeconds
 
 
 class ExtenderArgs(msgspec.Struct, frozen=True):
@@ -96,14 +101,18 @@ class SchedulerDriver:
         extender_url: str,
         *,
         scheduler_name: str = DEFAULT_SCHEDULER,
-        retry_after: float = 1.0,
+        retry_after: float = INITIAL_BACKOFF_S,
+        max_backoff: float = MAX_BACKOFF_S,
         headers: Mapping[str, str] | None = None,
         verify: bool | str = True,
         client_cert: TlsFiles | None = None,
     ) -> None:
         self.kube = kube
         self.scheduler_name = scheduler_name
-        self.retry_after = retry_after
+        self.retry_after = retry_after  # the first backoff; each failed attempt of the same pod doubles it
+        self.max_backoff = max(max_backoff, retry_after)
+        self.attempts: dict[str, int] = {}  # pod uid -> scheduling attempts that failed in a row
+        self._backoff_until: dict[str, float] = {}  # pod uid -> loop time before which it is not retried
         self.verdicts: dict[str, Verdict] = {}  # pod uid -> latest verdict
         tls = None
         if verify is not True or client_cert is not None:
@@ -134,15 +143,21 @@ class SchedulerDriver:
             and pod.metadata.uid not in self.assumed
         )
 
-    def _enqueue(self, pod: Pod) -> None:
+    def _enqueue(self, pod: Pod, *, backoff_done: bool = False) -> None:
         key = (pod.metadata.namespace, pod.metadata.name)
+        until = self._backoff_until.get(pod.metadata.uid)
+        if until is not None and not backoff_done and asyncio.get_running_loop().time() < until:
+            return  # backing off: the timer set when the attempt failed brings it back
         if self._is_ours_and_pending(pod) and key not in self._queued:
             self._queued.add(key)
             self._queue.put_nowait(key)
 
     def _on_pod(self, change: Change[Pod]) -> None:
         if change.type == "DELETED" or change.obj.spec.node_name:
-            self.assumed.discard(change.obj.metadata.uid)  # bound or gone: nothing more to remember
+            uid = change.obj.metadata.uid
+            self.assumed.discard(uid)  # bound or gone: nothing more to remember
+            self.attempts.pop(uid, None)
+            self._backoff_until.pop(uid, None)
         if change.type != "DELETED":
             self._enqueue(change.obj)
 
@@ -169,12 +184,26 @@ class SchedulerDriver:
                 continue
             verdict = await self.schedule_one(pod)
             if not verdict.node:
-                asyncio.get_running_loop().call_later(self.retry_after, self._requeue, key)
+                self._back_off(pod)
+
+    def backoff_of(self, attempts: int) -> float:
+        """kube-scheduler's backoff after ``attempts`` failures in a row: initial x 2^(attempts-1), capped."""
+        doublings = min(max(attempts - 1, 0), 32)  # bounded: a float power of two cannot overflow
+        return min(self.retry_after * float(2**doublings), self.max_backoff)
+
+    def _back_off(self, pod: Pod) -> None:
+        uid = pod.metadata.uid
+        attempts = self.attempts[uid] = self.attempts.get(uid, 0) + 1
+        delay = self.backoff_of(attempts)
+        loop = asyncio.get_running_loop()
+        self._backoff_until[uid] = loop.time() + delay
+        loop.call_later(delay, self._requeue, (pod.metadata.namespace, pod.metadata.name))
 
     def _requeue(self, key: tuple[str, str]) -> None:
         pod = self._pods.get(*key)
         if pod is not None:
-            self._enqueue(pod)
+            self._backoff_until.pop(pod.metadata.uid, None)
+            self._enqueue(pod, backoff_done=True)
 
     async def schedule_one(self, pod: Pod) -> Verdict:
         """One scheduling cycle: filter, then bind in the background; returns the filter's verdict."""
@@ -186,8 +215,11 @@ class SchedulerDriver:
         try:
             answer = await self._post(FILTER_PATH, args, FilterResult)
         except (HttpError, msgspec.DecodeError) as err:
-            return self._record(pod, Verdict(error=f"filter: {err}"))
+            answer = FilterResult(Error=f"filter: {err}")
         if answer.Error:
+            # kube-scheduler turns an extender error into a FailedScheduling Event on the pod (k8s-interfaces
+            # §2.3): the user sees why with kubectl describe, once, counted, instead of only in our logs.
+            await self._events.record(reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING, answer.Error)
             return self._record(pod, Verdict(error=answer.Error))
         if not answer.NodeNames:
             reasons = {**(answer.FailedNodes or {}), **(answer.FailedAndUnresolvableNodes or {})}
@@ -216,8 +248,9 @@ class SchedulerDriver:
             log.info("binding %s/%s to %s failed, will retry: %s", meta.namespace, meta.name, node, error)
             self.assumed.discard(meta.uid)
             self._record(pod, Verdict(error=error))
-            asyncio.get_running_loop().call_later(self.retry_after, self._requeue, (meta.namespace, meta.name))
+            self._back_off(pod)
             return
+        self.attempts.pop(meta.uid, None)
         self._record(pod, Verdict(node=node))
 
     async def _post(self, path: str, body: msgspec.Struct, answer: type[R]) -> R:

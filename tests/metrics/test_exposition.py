@@ -16,6 +16,8 @@ from hami_common.events import (
     DeviceSample,
     PlacedDevice,
     PlacementDecision,
+    QuotaResource,
+    QuotaUsage,
     UsageSample,
 )
 from hami_metrics.collector import FamilyCollector
@@ -42,6 +44,8 @@ def populated() -> ClusterState:
         AdmissionEvent(pod_uid="u1", namespace="team-a", name="p", allowed=True, gpu_containers=1, at_ns=START_NS),
         AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
                          staged=False, at_ns=START_NS + 10**8, allocate_ns=30_000_000),
+        QuotaUsage(namespace="team-a", resources=(QuotaResource(name="nvidia.com/gpumem", used=3000, limit=8000),),
+                   at_ns=START_NS),
     ]  # fmt: skip
     state = ClusterState()
     for event in events:

@@ -90,10 +90,9 @@ def decode_pod_devices(value: str, key: str = DEVICES_TO_ALLOCATE) -> PodDevices
     """Decode a device list. ``key`` only names the annotation in error messages.
 
     Like HAMi, segments without a ``,`` are skipped and the trailing ``;`` gives an extra empty entry;
-    an empty value decodes to no containers at all.
+    an empty value decodes to one empty container, as Go's ``strings.Split("", ";")`` gives HAMi one
+    (HAMi: pkg/device/devices.go ``DecodePodDevices``). Callers treat empty entries as "no GPU".
     """
-    if not value:
-        return ()
     return tuple(
         tuple(_decode_device(seg, key) for seg in entry.split(DEVICE_END) if FIELD_SEP in seg)
         for entry in value.split(CONTAINER_END)

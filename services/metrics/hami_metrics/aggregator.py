@@ -24,7 +24,15 @@ import msgspec
 from hami_common import subjects
 from hami_common.bus import Bus, Delivery, Handler, Subscription
 from hami_common.errors import InvalidInput
-from hami_common.events import AdmissionEvent, AllocationResult, NodeInventory, PlacementDecision, UsageMessage
+from hami_common.events import (
+    AdmissionEvent,
+    AdmissionMessage,
+    AllocationResult,
+    NodeInventory,
+    PlacementDecision,
+    QuotaUsage,
+    UsageMessage,
+)
 from hami_metrics.staleness import Retention, expire
 from hami_metrics.state import ClusterState, Event, apply
 
@@ -101,7 +109,7 @@ class Aggregator:
         self._waiters = still
 
     # --- bus adapters --------------------------------------------------------------------------------
-    async def on_admission(self, event: AdmissionEvent, delivery: Delivery) -> None:
+    async def on_admission(self, event: AdmissionEvent | QuotaUsage, delivery: Delivery) -> None:
         if self.shard.index == 0:
             self.fold(event)
 
@@ -149,7 +157,11 @@ class Aggregator:
         """
         self._bus = bus
         subscriptions = [
-            await bus.subscribe(subjects.wildcard(subjects.ADMISSION), AdmissionEvent, self.on_admission),
+            await bus.subscribe(
+                subjects.wildcard(subjects.ADMISSION),
+                cast("type[msgspec.Struct]", AdmissionMessage),  # admissions and quota snapshots
+                _any_admission(self.on_admission),
+            ),
             await bus.subscribe(subjects.wildcard(subjects.INVENTORY), NodeInventory, self.on_inventory),
         ]
         if self.shard.count == 1:
@@ -164,6 +176,12 @@ class Aggregator:
             for subscription in subscriptions:
                 await subscription.stop()
         self._node_subscriptions.clear()
+
+
+def _any_admission(
+    handler: Callable[[AdmissionEvent | QuotaUsage, Delivery], Awaitable[None]],
+) -> Handler[msgspec.Struct]:
+    return cast("Handler[msgspec.Struct]", handler)
 
 
 def _any(handler: Callable[[NodeEvent, Delivery], Awaitable[None]]) -> Handler[msgspec.Struct]:

@@ -120,9 +120,12 @@ def collect(state: ClusterState, scrape: Scrape) -> list[AnyFamily]:
     out.append(_host_group(state, legacy))
     out.append(_container_group(state, legacy))
     out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
+    quota = _quota_families(state)
+    out += quota
     if legacy:
         out += _legacy(device)
         out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL.legacy() or fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
+        out += _legacy(quota)
     out += _path_families(state, scrape)
     return out
 
@@ -264,6 +267,18 @@ def _last_kernel(state: ClusterState, spec: FamilySpec, now_ns: int) -> Family:
                 family.series.append(u.series)
                 family.values.append(max(now_s - u.last_kernel_at_s, 0))
     return family
+
+
+def _quota_families(state: ClusterState) -> list[Family]:
+    """HAMi's quota families: used for every tracked resource (its limit as a label), the limit where set."""
+    used: list[tuple[Series, Value]] = []
+    limits: list[tuple[Series, Value]] = []
+    for namespace, resources in sorted(state.quotas.items()):
+        for r in resources:
+            used.append(((namespace, r.name, "" if r.limit is None else str(r.limit)), r.used))
+            if r.limit is not None:
+                limits.append(((namespace, r.name), r.limit))
+    return [_family(fam.QUOTA_USED, used), _family(fam.QUOTA_LIMIT, limits)]
 
 
 def _legacy(current: list[Family]) -> list[Family]:

@@ -158,6 +158,17 @@ VGPU_MEMORY_BUFFER: Final = FamilySpec(
     "hami_vgpu_memory_buffer_bytes", "Container device memory buffer size in bytes", Kind.GAUGE, _CONTAINER,
 )  # fmt: skip
 
+# HAMi's quota families (hami-protocol §6.1): quota_name is the resource (limits.<name> of a ResourceQuota),
+# values in its own unit (MiB, core percent). Only QuotaUsed has a legacy twin.
+QUOTA_USED: Final = FamilySpec(
+    "hami_resource_quota_used", "resourcequota usage for a certain device", Kind.GAUGE,
+    ("namespace", "quota_name", "limit"),
+    legacy_name="QuotaUsed", legacy_labels=("quotanamespace", "quotaName", "limit"),
+)  # fmt: skip
+QUOTA_LIMIT: Final = FamilySpec(
+    "hami_resource_quota_limit", "resourcequota limit for a certain device", Kind.GAUGE, ("namespace", "quota_name"),
+)  # fmt: skip
+
 # --- beyond HAMi: the scheduling path and the aggregator itself -----------------------------------------
 ADMISSIONS: Final = FamilySpec(
     "hami_scheduling_admissions_total", "Webhook verdicts on pods, by namespace and result (mutated, allowed, denied)",

@@ -36,6 +36,8 @@ from hami_common.events import (
     NodePods,
     PlacementDecision,
     PodEnded,
+    QuotaResource,
+    QuotaUsage,
     UsageSample,
 )
 from hami_metrics.nodemap import NodeMap
@@ -78,6 +80,7 @@ Event: TypeAlias = (
     | DeviceSample
     | PodEnded
     | NodePods
+    | QuotaUsage
 )
 UsageKey: TypeAlias = tuple[str, str, str]  # pod uid, container name, device uuid
 
@@ -167,6 +170,8 @@ class ClusterState:
     path: PathStats = field(default_factory=PathStats)
     nodes_expired: int = 0
     applied: int = 0
+    # namespace -> its GPU quota resources, as the webhook's latest QuotaUsage snapshot says
+    quotas: Mapping[str, tuple[QuotaResource, ...]] = field(default_factory=dict)
 
 
 # --- folding ------------------------------------------------------------------------------------------
@@ -191,6 +196,8 @@ def apply(state: ClusterState, event: Event, now_ns: int) -> ClusterState:
             new = _on_allocation(state, event, now_ns)
         case AdmissionEvent():
             new = _on_admission(state, event, now_ns)
+        case QuotaUsage():
+            new = _on_quota(state, event)
         case _:
             return state
     return new
@@ -207,7 +214,9 @@ def _seen(state: ClusterState, name: str, now_ns: int) -> NodeState:
 
 def _next(state: ClusterState, path: PathStats, nodes: NodeMap[NodeState] | None = None) -> ClusterState:
     """The state after one more event (``applied`` counts it)."""
-    return ClusterState(state.nodes if nodes is None else nodes, path, state.nodes_expired, state.applied + 1)
+    return ClusterState(
+        state.nodes if nodes is None else nodes, path, state.nodes_expired, state.applied + 1, state.quotas
+    )
 
 
 def _with_node(state: ClusterState, node: NodeState, path: PathStats | None = None) -> ClusterState:
@@ -347,3 +356,11 @@ def _on_allocation(state: ClusterState, ev: AllocationResult, now_ns: int) -> Cl
 
 def _on_admission(state: ClusterState, ev: AdmissionEvent, now_ns: int) -> ClusterState:
     return _next(state, on_admission(state.path, ev, now_ns))
+
+
+def _on_quota(state: ClusterState, ev: QuotaUsage) -> ClusterState:
+    """A whole snapshot replaces the namespace's entry; one without resources removes it."""
+    quotas = {ns: q for ns, q in state.quotas.items() if ns != ev.namespace}
+    if ev.resources:
+        quotas[ev.namespace] = ev.resources
+    return replace(_next(state, state.path), quotas=quotas)

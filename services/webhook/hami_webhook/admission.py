@@ -7,7 +7,8 @@ The order on CREATE:
 1. decode the pod (``Errored(400)``); no containers → denied ``pod has no containers``;
 2. (ours) scheduler-owned annotations set by a tenant → denied; GPU requests in ephemeral containers → denied;
 3. the scheduler-name gate → allowed unchanged ``pod already has different scheduler assigned``;
-4. per container, init containers first: percentage validation (``Errored(500)``), ``CUDA_TASK_PRIORITY``,
+4. per container, init containers first: percentage validation (``Errored(500)``), (ours) every other GPU
+   quantity a non-negative integer (``Errored(400)``), ``CUDA_TASK_PRIORITY``,
    ``GPU_CORE_UTILIZATION_POLICY``, defaultGPUNum, exclusive-by-default cores, runtimeClassName,
    ``NVIDIA_VISIBLE_DEVICES=none``; (ours) ``CUDA_DISABLE_CONTROL`` removed from GPU containers;
 5. a privileged container in a GPU pod → denied ``container <name> is privileged``; (ours) one adding
@@ -34,7 +35,7 @@ from hami_common.envvars import (
     NVIDIA_VISIBLE_DEVICES,
 )
 from hami_common.errors import InvalidInput
-from hami_common.quantity import value
+from hami_common.quantity import parse_quantity, value
 from hami_common.resources import (
     ContainerResources,
     ResourceConfig,
@@ -79,6 +80,7 @@ NO_CONTENT: Final = "there is no content to decode"
 RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
 EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
 SYS_ADMIN_ADDED: Final = "container {name} adds CAP_SYS_ADMIN"
+BAD_QUANTITY: Final = "invalid {resource} value {value!r} in container {name}: {why}; it must be a non-negative integer"
 
 HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
@@ -153,15 +155,20 @@ def admit(
     ``namespaces`` is asked about the pod's namespace (the request's, else the pod's own) once a CREATE
     has passed the scheduler-name gate; ``trace_context`` becomes the GPU pod's trace annotation.
     """
-    if req.operation not in (CREATE, UPDATE):
-        return _allowed()
+    judged = req.operation in (CREATE, UPDATE)
     if is_empty(req.object):
-        return _errored(HTTP_BAD_REQUEST, NO_CONTENT)
+        # A DELETE carries no object. HAMi would answer 400 here, but it is never sent one (registered for
+        # CREATE only); answering 400 would block pod deletion wherever the webhook sees deletes.
+        return _errored(HTTP_BAD_REQUEST, NO_CONTENT) if judged else _allowed()
     try:
+        # Decoded whatever the operation, as HAMi decodes before it looks at anything: an object that is
+        # not a Pod is Errored(400), never waved through because of an operation we do not judge.
         pod = decode_pod(req.object)
         old = decode_pod(req.old_object) if req.operation == UPDATE and not is_empty(req.old_object) else None
     except InvalidInput as err:
         return _errored(HTTP_BAD_REQUEST, str(err))
+    if not judged:
+        return _allowed()
     if req.operation == UPDATE:
         return _guards(req, pod, old, policy) or _allowed(pod=pod)
     try:
@@ -246,6 +253,9 @@ def _create(
                 validate_percentage(res, policy.resources)
             except InvalidInput as err:
                 return _errored(HTTP_INTERNAL, str(err), pod)
+            bad = _bad_quantity(res, policy.resources)
+            if bad is not None:
+                return _errored(HTTP_BAD_REQUEST, bad, pod)
             edit = edits.container(which, index)
             has_gpu, res = _mutate_container(ctr, res, edit, policy, namespace.may_disable_control)
             mutated[which].append(res)
@@ -269,6 +279,29 @@ def _create(
         edits.annotations[TRACE_CONTEXT] = trace_context
     patch = () if edits.empty else render_patch(pod, edits)
     return Verdict(Outcome.ALLOWED, HTTP_OK, "", patch, pod, gpu_containers)
+
+
+def _bad_quantity(res: ContainerResources, config: ResourceConfig) -> str | None:
+    """Why a GPU quantity of this container cannot be honoured, or None.
+
+    The apiserver refuses such pods itself (quantities must parse; extended resources must be non-negative
+    integers), so HAMi never sees one; a cluster or emulator that lets one through would leave the pod pending
+    for ever, the extender failing on it at every try. The percentage has HAMi's own check and message.
+    """
+    for name in (config.count_name, config.memory_name, config.core_name, config.priority_name):
+        for source in (res.limits, res.requests):
+            text = source.get(name)
+            if text is None:
+                continue
+            try:
+                number = parse_quantity(text)
+            except InvalidInput:
+                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is not a quantity")
+            if number < 0:
+                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is negative")
+            if number.denominator != 1:
+                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is not a whole number")
+    return None
 
 
 def _mutate_container(

@@ -20,6 +20,7 @@ from hami_common.settings import load
 from hami_webhook.cluster import ClusterState, parse_label_rule
 from hami_webhook.deps import State
 from hami_webhook.publisher import EventPublisher, Publisher
+from hami_webhook.quotanews import announce_quotas
 from hami_webhook.reviewer import Reviewer
 from hami_webhook.routes import admission, health
 from hami_webhook.settings import WebhookSettings
@@ -57,6 +58,11 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
 
                 tasks.append(tg.create_task(publisher.run(connect), name="admission events"))
                 reviewer.events = publisher
+                if s.watch_cluster:
+                    announcing = announce_quotas(
+                        cluster.book, publisher, s.quota_announce_seconds, s.quota_refresh_seconds
+                    )
+                    tasks.append(tg.create_task(announcing, name="quota announcements"))
             try:
                 yield {"settings": s, "reviewer": reviewer, "ready": ready}
             finally:

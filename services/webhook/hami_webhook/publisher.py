@@ -1,4 +1,5 @@
-"""Best-effort AdmissionEvents: the request path only enqueues; one task owned by the app publishes.
+"""Best-effort AdmissionEvents (and quota snapshots): the request path only enqueues; one task owned by
+the app publishes.
 
 Admission never waits for NATS and never fails because of it: events queue up to a bound while the bus
 is slow or down, the rest are dropped and counted, and each publish has a short timeout.
@@ -18,7 +19,7 @@ import nats.errors
 from opentelemetry.context import Context
 
 from hami_common.errors import TransientError
-from hami_common.events import AdmissionEvent
+from hami_common.events import AdmissionMessage, QuotaUsage
 
 __all__ = ["EventPublisher", "Publisher"]
 
@@ -42,7 +43,7 @@ class EventPublisher:
     timeout: float = 0.5
     published: int = 0
     dropped: int = 0
-    _queue: asyncio.Queue[tuple[str, AdmissionEvent, Context | None]] = field(init=False)
+    _queue: asyncio.Queue[tuple[str, AdmissionMessage, Context | None]] = field(init=False)
 
     def __post_init__(self) -> None:
         self._queue = asyncio.Queue(maxsize=self.capacity)
@@ -51,7 +52,7 @@ class EventPublisher:
     def queued(self) -> int:
         return self._queue.qsize()
 
-    def offer(self, subject: str, event: AdmissionEvent, ctx: Context | None = None) -> None:
+    def offer(self, subject: str, event: AdmissionMessage, ctx: Context | None = None) -> None:
         try:
             self._queue.put_nowait((subject, event, ctx))
         except asyncio.QueueFull:
@@ -76,6 +77,7 @@ class EventPublisher:
                     await bus.publish(subject, event, ctx=ctx)
             except (nats.errors.Error, OSError, TimeoutError) as err:
                 self.dropped += 1
-                log.info("admission event for pod %s dropped: %r", event.pod_uid or event.name, err)
+                about = event.namespace if isinstance(event, QuotaUsage) else event.pod_uid or event.name
+                log.info("%s event about %s dropped: %r", type(event).__name__, about, err)
             else:
                 self.published += 1

@@ -16,6 +16,7 @@ from typing import Final
 from hami_common import logkeys
 from hami_common.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, decode_pod_devices
 from hami_common.errors import InvalidInput
+from hami_common.events import QuotaResource, QuotaUsage
 from hami_common.kube import Change, Pod, ResourceQuota
 from hami_common.resources import ResourceConfig
 from hami_common.scheduling.quota import NamespaceQuota, quota_from_hard
@@ -56,6 +57,7 @@ class QuotaBook:
     _limits: dict[str, NamespaceQuota] = field(default_factory=dict)
     _pods: dict[tuple[str, str], Usage] = field(default_factory=dict)
     _used: dict[str, Usage] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set)  # namespaces whose limits or usage moved since last taken
 
     def quota(self, namespace: str) -> NamespaceQuota:
         """The namespace's limits (None where unset) with its current usage."""
@@ -76,6 +78,7 @@ class QuotaBook:
         if not quotas:
             del self._hards[meta.namespace]
             del self._limits[meta.namespace]
+        self.changed.add(meta.namespace)
 
     def _tightest(self, hards: Iterable[Mapping[str, str]]) -> NamespaceQuota:
         """Every ResourceQuota of a namespace must hold, so the smallest limit of each kind counts."""
@@ -111,7 +114,34 @@ class QuotaBook:
             return
         mem, cores = self._used.get(meta.namespace, (0, 0))
         total = (mem - before[0] + usage[0], cores - before[1] + usage[1])
+        if meta.namespace in self._limits:
+            self.changed.add(meta.namespace)
         if total == (0, 0):
             self._used.pop(meta.namespace, None)
         else:
             self._used[meta.namespace] = total
+
+    def limited(self) -> list[str]:
+        """Namespaces with a GPU quota (a ResourceQuota setting limits.<memory> or limits.<cores>)."""
+        return sorted(ns for ns, q in self._limits.items() if q.memory_limit is not None or q.cores_limit is not None)
+
+    def take_changed(self) -> list[str]:
+        """The namespaces changed since the last call (each once), sorted."""
+        changed, self.changed = self.changed, set()
+        return sorted(changed)
+
+    def usage(self, namespace: str, at_ns: int) -> QuotaUsage:
+        """The namespace's quota as announced on the bus: each tracked resource with a limit, used and limit.
+
+        Used and limit are in the resource's own unit (MiB, core percent), as HAMi's QuotaUsed reports them.
+        """
+        q = self.quota(namespace)
+        resources = tuple(
+            QuotaResource(name=name, used=used, limit=limit)
+            for name, used, limit in (
+                (self.config.memory_name, q.used_memory, q.memory_limit),
+                (self.config.core_name, q.used_cores, q.cores_limit),
+            )
+            if limit is not None
+        )
+        return QuotaUsage(namespace=namespace, resources=resources, at_ns=at_ns)

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from hami_common.deviceconfig import DeviceConfigSettings, overridden
 from hami_common.kube import KubeSettings
-from hami_common.resources import ResourceConfig
 from hami_common.settings import BusSettings, setting
 from hami_webhook.admission import AdmissionPolicy
 from hami_webhook.connections import ConnectionLimits
@@ -24,7 +24,7 @@ MAX_BODY_BYTES: Final = 7 * 1024 * 1024  # controller-runtime's limit, which HAM
 
 
 @dataclass(frozen=True, slots=True)
-class WebhookSettings(KubeSettings, BusSettings):
+class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings):
     """The mutating admission webhook: HAMi's rules, quota pre-check, reserved-annotation guard."""
 
     host: str = setting("0.0.0.0", "address to listen on")
@@ -34,13 +34,16 @@ class WebhookSettings(KubeSettings, BusSettings):
     tls_reload_seconds: float = setting(10.0, "how often the certificate files are checked for changes")
     scheduler_name: str = setting("hami-scheduler", "schedulerName set on GPU pods (HAMi's --scheduler-name)")
     force_overwrite_default_scheduler: bool = setting(True, "take over pods that name default-scheduler")
-    default_memory: int = setting(0, "MiB for a GPU request without memory (0: the whole card)")
-    default_cores: int = setting(0, "core percent for a GPU request without cores")
-    default_gpu_num: int = setting(1, "nvidia.com/gpu added when only memory or cores are in limits")
-    memory_factor: int = setting(1, "multiplier of requested MiB and of memory quota")
-    overwrite_env: bool = setting(False, "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none")
-    gpu_core_policy: str = setting("default", "GPU_CORE_UTILIZATION_POLICY for every container (default/force/disable)")
-    runtime_class_name: str = setting("", "runtimeClassName set on GPU pods that have none")
+    # unset (None): the device config's nvidia value (--device-config-file), else HAMi's default shown
+    default_memory: int | None = setting(None, "MiB for a GPU request without memory (defaultMemory; 0: whole card)")
+    default_cores: int | None = setting(None, "core percent for a GPU request without cores (defaultCores; 0)")
+    default_gpu_num: int | None = setting(None, "GPU count added when only memory or cores are in limits (1)")
+    memory_factor: int | None = setting(None, "multiplier of requested MiB and of memory quota (memoryFactor; 1)")
+    overwrite_env: bool | None = setting(None, "give containers without a GPU NVIDIA_VISIBLE_DEVICES=none (false)")
+    gpu_core_policy: str | None = setting(
+        None, "GPU_CORE_UTILIZATION_POLICY for every container: default, force or disable (default)"
+    )
+    runtime_class_name: str | None = setting(None, "runtimeClassName set on GPU pods that have none (empty: none)")
     system_users: tuple[str, ...] = setting(DEFAULT_SYSTEM_USERS, "users that may write scheduler-owned annotations")
     disable_control_label: str = setting(
         "", "namespace label (key or key=value) that lets GPU containers keep CUDA_DISABLE_CONTROL; empty: none"
@@ -49,6 +52,8 @@ class WebhookSettings(KubeSettings, BusSettings):
     publish_events: bool = setting(True, "publish an AdmissionEvent per admission on NATS (best effort)")
     publish_timeout: float = setting(0.5, "seconds one event publish may take before it is dropped")
     event_queue: int = setting(4096, "admission events buffered while NATS is slow or down; more are dropped")
+    quota_announce_seconds: float = setting(1.0, "how often changed namespace quotas are published for metrics")
+    quota_refresh_seconds: float = setting(30.0, "how often every namespace quota is published again")
     max_body_bytes: int = setting(MAX_BODY_BYTES, "largest AdmissionReview accepted")
     max_connections: int = setting(1024, "open connections at most; at the cap the oldest idle one is dropped")
     read_timeout: float = setting(10.0, "seconds a connection has to deliver a whole request (after TLS or an answer)")
@@ -64,17 +69,22 @@ class WebhookSettings(KubeSettings, BusSettings):
         )
 
     def policy(self) -> AdmissionPolicy:
+        """The device config's nvidia knobs and resource names, with every flag that was given on top."""
+        device = self.device_config()
+        flags = {
+            "default_memory": self.default_memory,
+            "default_cores": self.default_cores,
+            "default_gpu_num": self.default_gpu_num,
+            "memory_factor": self.memory_factor,
+        }
         return AdmissionPolicy(
-            resources=ResourceConfig(
-                default_memory=self.default_memory,
-                default_cores=self.default_cores,
-                default_gpu_num=self.default_gpu_num,
-                memory_factor=self.memory_factor,
-            ),
+            resources=overridden(device.resources, flags),
             scheduler_name=self.scheduler_name,
             force_overwrite_default_scheduler=self.force_overwrite_default_scheduler,
-            overwrite_env=self.overwrite_env,
-            gpu_core_policy=self.gpu_core_policy,
-            runtime_class_name=self.runtime_class_name,
+            overwrite_env=device.overwrite_env if self.overwrite_env is None else self.overwrite_env,
+            gpu_core_policy=device.gpu_core_policy if self.gpu_core_policy is None else self.gpu_core_policy,
+            runtime_class_name=device.runtime_class_name
+            if self.runtime_class_name is None
+            else self.runtime_class_name,
             system_users=frozenset(self.system_users),
         )

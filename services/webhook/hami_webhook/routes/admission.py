@@ -1,7 +1,8 @@
 """``POST /webhook``: one AdmissionReview in, one out (k8s-interfaces §3.1).
 
 The query string the apiserver appends (``?timeout=10s``) is ignored. A body that is not JSON, too
-large, or not an AdmissionReview gets HTTP 400; anything else gets HTTP 200 and an AdmissionReview.
+large, or not an AdmissionReview gets HTTP 400 (docs/hami-differences.md says why); a wrong Content-Type
+and everything else get HTTP 200 and an AdmissionReview, as controller-runtime answers.
 """
 
 from __future__ import annotations
@@ -53,7 +54,10 @@ def _bad_request(message: str) -> Response:
 async def review_admission(request: Request, reviewer: ReviewerDep) -> Response:
     content_type = request.headers.get("content-type", "")
     if content_type.split(";", 1)[0].strip().lower() != JSON:
-        return _bad_request(f"contentType={content_type}, expected {JSON}")
+        # controller-runtime answers this one in protocol form: HTTP 200, Errored(400) in the body.
+        message = f"contentType={content_type}, expected {JSON}"
+        log.warning("rejected an admission request: %s", message)
+        return Response(error_review(HTTP_BAD_REQUEST, message), status_code=HTTP_OK, media_type=JSON)
     try:
         body = await _read_body(request, reviewer.max_body_bytes)
     except _TooLarge:
