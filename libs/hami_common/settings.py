@@ -105,7 +105,7 @@ def load(cls: type[S], argv: Sequence[str] | None = None, env: Mapping[str, str]
                 values[field.name] = convert(environ[var])
             except ValueError as err:
                 raise InvalidInput(f"environment {var}: {err}") from err
-        if tp is bool:
+        if tp is bool or tp == (bool | None):  # None: not given, a file (e.g. the device config) decides
             parser.add_argument(
                 flag_name(field.name),
                 dest=field.name,

@@ -1,13 +1,16 @@
-"""The device plugin's registration knobs (hami-protocol §1.2) and HAMi's per-node overrides (§1.3).
+"""What one node's services apply (hami-protocol §1.2) and HAMi's per-node overrides (§1.3).
 
 HAMi reads ``/config/config.json``: ``{"nodeconfig": [{"name": <node>, "devicesplitcount": …}, …]}``; the
-entry whose ``name`` is this node overrides the chart-wide values. Only the keys that shape what a node
-registers are applied here; the rest are accepted and ignored.
+entry whose ``name`` is this node overrides the chart-wide values. The node agent (registration) and the
+allocator (what the kubelet is told) apply the same :class:`NodeDeviceConfig`, so the slots a node registers
+and the devices the kubelet counts cannot disagree. Every key of an entry either takes effect or is refused
+with the reason: a key this project cannot honour must not be accepted silently.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -15,9 +18,22 @@ import msgspec
 
 from hami_common.errors import InvalidInput
 
-__all__ = ["MODE_HAMI_CORE", "NodeDeviceConfig", "apply_node_overrides"]
+__all__ = [
+    "LIBCUDA_LOG_LEVELS",
+    "MIG_STRATEGY_NONE",
+    "MODE_HAMI_CORE",
+    "NodeDeviceConfig",
+    "NodeEntry",
+    "apply_node_entry",
+    "apply_node_overrides",
+    "decode_node_entries",
+    "find_node_entry",
+]
 
 MODE_HAMI_CORE: Final = "hami-core"
+MIG_STRATEGY_NONE: Final = "none"
+# HAMi-core reads 0..4 (hami-protocol §1.2; vgpu-interposer.md): anything else is a typo, not a level
+LIBCUDA_LOG_LEVELS: Final = frozenset({"0", "1", "2", "3", "4"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,8 +43,12 @@ class NodeDeviceConfig:
     core_scaling: float = 1.0  # deviceCoreScaling
     preconfigured_memory_mib: int = 0  # preConfiguredDeviceMemory: MiB when NVML cannot tell
     mode: str = MODE_HAMI_CORE  # operatingmode; this project implements hami-core only
-    filter_uuids: frozenset[str] = frozenset()  # filterdevices.uuid: never registered
+    filter_uuids: frozenset[str] = frozenset()  # filterdevices.uuid: never registered nor advertised
     filter_indices: frozenset[int] = frozenset()  # filterdevices.index
+    libcuda_log_level: str = ""  # libCudaLogLevel: LIBCUDA_LOG_LEVEL in every container ("" leaves it unset)
+    numa_topology: bool = False  # enableNumaTopology: the kubelet sees each device's NUMA node
+    mig_strategy: str = MIG_STRATEGY_NONE  # migstrategy: only "none" without MIG support
+    preferred_allocation: bool = True  # enablegetpreferredallocation: offer GetPreferredAllocation
 
     def __post_init__(self) -> None:
         if self.split_count < 1 or self.memory_scaling <= 0 or self.core_scaling <= 0:
@@ -38,49 +58,88 @@ class NodeDeviceConfig:
             )
         if self.preconfigured_memory_mib < 0:
             raise InvalidInput(f"device config: preconfigured memory {self.preconfigured_memory_mib} is negative")
+        if self.mode != MODE_HAMI_CORE:
+            raise InvalidInput(
+                f"device config: operating mode {self.mode!r} is not supported: only {MODE_HAMI_CORE} is implemented"
+            )
+        if self.mig_strategy not in ("", MIG_STRATEGY_NONE):
+            raise InvalidInput(
+                f"device config: migstrategy {self.mig_strategy!r} is not supported: MIG is not implemented, "
+                f"use {MIG_STRATEGY_NONE!r}"
+            )
+        if self.libcuda_log_level and self.libcuda_log_level not in LIBCUDA_LOG_LEVELS:
+            raise InvalidInput(f"device config: libcuda log level {self.libcuda_log_level!r} is not one of 0..4")
+
+    def registers(self, uuid: str, index: int | None) -> bool:
+        """False for a GPU ``filterdevices`` excludes: neither registered nor advertised to the kubelet."""
+        return uuid not in self.filter_uuids and (index is None or index not in self.filter_indices)
 
 
-class _Filter(msgspec.Struct, frozen=True):
+class _Filter(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     uuid: tuple[str, ...] = ()
     index: tuple[int, ...] = ()
 
 
-class _NodeEntry(msgspec.Struct, frozen=True):
+class NodeEntry(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    """One ``nodeconfig`` entry with HAMi's JSON keys; ``None`` keeps the chart-wide value."""
+
     name: str = ""
     operatingmode: str | None = None
     devicesplitcount: int | None = None
     devicememoryscaling: float | None = None
     devicecorescaling: float | None = None
     preconfigureddevicememory: int | None = None
+    libcudaloglevel: int | str | None = None
+    enablenumatopology: bool | None = None
+    migstrategy: str | None = None
     filterdevices: _Filter | None = None
+    enablegetpreferredallocation: bool | None = None
 
 
-class _ConfigFile(msgspec.Struct, frozen=True):
-    nodeconfig: tuple[_NodeEntry, ...] = ()
+class _ConfigFile(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
+    nodeconfig: tuple[NodeEntry, ...] = ()
 
 
-def apply_node_overrides(base: NodeDeviceConfig, config_json: bytes | str, node: str) -> NodeDeviceConfig:
-    """``base`` with the overrides of ``node``'s entry in HAMi's config.json (unchanged if it has none)."""
+def decode_node_entries(config_json: bytes | str) -> tuple[NodeEntry, ...]:
+    """The entries of HAMi's config.json; an unknown key or a wrong type is named in the error."""
     try:
-        entries = msgspec.json.decode(config_json, type=_ConfigFile).nodeconfig
-    except msgspec.DecodeError as err:
+        return msgspec.json.decode(config_json, type=_ConfigFile).nodeconfig
+    except msgspec.DecodeError as err:  # ValidationError is a DecodeError: "... - at `$.nodeconfig[0]`"
         raise InvalidInput(f"node config: {err}") from err
-    entry = next((e for e in entries if e.name == node), None)
-    if entry is None:
-        return base
+
+
+def apply_node_entry(base: NodeDeviceConfig, entry: NodeEntry) -> NodeDeviceConfig:
+    """``base`` with every key ``entry`` sets; refused (InvalidInput naming the node) if it cannot apply."""
     changes: dict[str, object] = {}
+    level = entry.libcudaloglevel
     for field, value in (
         ("mode", entry.operatingmode),
         ("split_count", entry.devicesplitcount),
         ("memory_scaling", entry.devicememoryscaling),
         ("core_scaling", entry.devicecorescaling),
         ("preconfigured_memory_mib", entry.preconfigureddevicememory),
+        ("libcuda_log_level", None if level is None else str(level)),
+        ("numa_topology", entry.enablenumatopology),
+        ("mig_strategy", entry.migstrategy),
+        ("preferred_allocation", entry.enablegetpreferredallocation),
     ):
         if value is not None and value != "":
             changes[field] = value
     if entry.filterdevices is not None:
         changes["filter_uuids"] = frozenset(entry.filterdevices.uuid)
         changes["filter_indices"] = frozenset(entry.filterdevices.index)
-    if changes.get("mode", MODE_HAMI_CORE) != MODE_HAMI_CORE:
-        raise InvalidInput(f"node config: operating mode {changes['mode']!r} of {node} is not supported (hami-core)")
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    try:
+        return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    except InvalidInput as err:
+        raise InvalidInput(f"nodeconfig entry {entry.name!r}: {err}") from err
+
+
+def find_node_entry(entries: Iterable[NodeEntry], node: str) -> NodeEntry | None:
+    """The entry HAMi applies: the first whose name is ``node``."""
+    return next((e for e in entries if e.name == node), None)
+
+
+def apply_node_overrides(base: NodeDeviceConfig, config_json: bytes | str, node: str) -> NodeDeviceConfig:
+    """``base`` with the overrides of ``node``'s entry in HAMi's config.json (unchanged if it has none)."""
+    entry = find_node_entry(decode_node_entries(config_json), node)
+    return base if entry is None else apply_node_entry(base, entry)

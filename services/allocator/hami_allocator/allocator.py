@@ -25,6 +25,7 @@ from hami_common import logkeys, spans
 from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
 from hami_common.errors import InvalidInput, NotFound, TransientError
 from hami_common.grants import GrantKey
+from hami_common.resources import GPU_PRIORITY
 from hami_common.staging import ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
@@ -66,6 +67,7 @@ class Allocator:
         pods: NodePods | None = None,
         fallback_timeout: float = 10.0,
         grant_key: GrantKey | None = None,
+        priority_name: str = GPU_PRIORITY,
     ) -> None:
         if split < 1:
             raise ValueError("device split count must be at least 1")
@@ -78,6 +80,7 @@ class Allocator:
         self.pods = pods
         self.fallback_timeout = fallback_timeout
         self.grant_key = grant_key  # None: no annotation-only allocation is served (fail closed)
+        self.priority_name = priority_name  # resourcePriorityName of the device config
         self.known_pods: Callable[[], Iterable[PodLike]] = tuple  # the node's pods, as a watch holds them
         self.gone = GoneSet()
         # Names of the containers served per pod, kept until the pod is gone: whether a pod listing shows an
@@ -194,7 +197,15 @@ class Allocator:
         except TimeoutError as err:
             raise TransientError(f"listing the pods of node {self.node} timed out{also}") from err
         try:
-            pending = next_pending(pods, self.node, count, inflight=self.inflight, gone=self.gone, key=self.grant_key)
+            pending = next_pending(
+                pods,
+                self.node,
+                count,
+                inflight=self.inflight,
+                gone=self.gone,
+                key=self.grant_key,
+                priority_name=self.priority_name,
+            )
         except NotFound as err:
             raise NotFound(f"{err}{also}") from err
         except BrokenPod as err:

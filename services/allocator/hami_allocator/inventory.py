@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -137,14 +137,19 @@ class DiscoveredInventory(DeclaredInventory):
     file) as a :class:`GpuSource`: read in a worker thread (NVML blocks) by :meth:`refresh`, and again every
     ``poll_interval`` seconds by :meth:`run`, so a GPU that turns unhealthy is re-advertised within a poll."""
 
-    def __init__(self, backend: GpuInventory, poll_interval: float = 5.0) -> None:
+    def __init__(
+        self,
+        backend: GpuInventory,
+        poll_interval: float = 5.0,
+        visible: Callable[[str, int | None], bool] = lambda uuid, index: True,
+    ) -> None:
         super().__init__(())
         self.backend = backend
         self.poll_interval = poll_interval
+        self.visible = visible  # filterdevices: (uuid, index) -> advertised; the node agent skips the same GPUs
 
-    @staticmethod
-    def _convert(found: Iterable[DiscoveredGpu]) -> tuple[Gpu, ...]:
-        return tuple(Gpu(uuid=g.uuid, healthy=g.healthy, numa=g.numa) for g in found)
+    def _convert(self, found: Iterable[DiscoveredGpu]) -> tuple[Gpu, ...]:
+        return tuple(Gpu(uuid=g.uuid, healthy=g.healthy, numa=g.numa) for g in found if self.visible(g.uuid, g.index))
 
     async def refresh(self) -> None:
         await self.replace(self._convert(await asyncio.to_thread(self.backend.gpus)))

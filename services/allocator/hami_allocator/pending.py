@@ -171,8 +171,8 @@ def _is_candidate(pod: PodLike, node: str, gone: Container[str]) -> bool:
     )
 
 
-def _priority(c: PendingContainer) -> int | None:
-    text = c.resources.limits.get(GPU_PRIORITY)
+def _priority(c: PendingContainer, resource: str) -> int | None:
+    text = c.resources.limits.get(resource)
     if text is None:
         return None
     with contextlib.suppress(ValueError, ArithmeticError):
@@ -180,8 +180,11 @@ def _priority(c: PendingContainer) -> int | None:
     return None
 
 
-def pod_grant(pod: PendingPod) -> PodGrant:
-    """Pair the pod's to-allocate list with its containers, init containers first (raises BrokenPod)."""
+def pod_grant(pod: PendingPod, priority_name: str = GPU_PRIORITY) -> PodGrant:
+    """Pair the pod's to-allocate list with its containers, init containers first (raises BrokenPod).
+
+    ``priority_name`` is the device config's resourcePriorityName: a renamed priority still reaches the pod.
+    """
     meta = pod.metadata
     containers: Sequence[PendingContainer] = (*pod.spec.init_containers, *pod.spec.containers)
     try:
@@ -192,7 +195,7 @@ def pod_grant(pod: PendingPod) -> PodGrant:
             name=meta.name,
             container_names=[c.name for c in containers],
             devices=devices,
-            priorities={c.name: p for c in containers if (p := _priority(c)) is not None},
+            priorities={c.name: p for c in containers if (p := _priority(c, priority_name)) is not None},
             disable_control={
                 c.name
                 for c in containers
@@ -211,6 +214,7 @@ def next_pending(
     inflight: Mapping[str, Collection[str]] | None = None,
     gone: Container[str] = (),
     key: GrantKey | None = None,
+    priority_name: str = GPU_PRIORITY,
 ) -> PendingAllocation:
     """The container of the oldest pending pod whose next unserved entry asks for ``device_count`` devices.
 
@@ -228,7 +232,7 @@ def next_pending(
         if refused:
             wanted.append(f"{pod.metadata.namespace}/{pod.metadata.name} not served: {refused}")
             continue
-        grant = pod_grant(pod)
+        grant = pod_grant(pod, priority_name)
         done = served.get(pod.metadata.uid, ())
         left = [c for c in grant.containers if c.devices and c.name not in done]
         if not left:

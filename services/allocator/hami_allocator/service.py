@@ -26,8 +26,9 @@ from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import InvalidInput, TransientError
 from hami_common.grants import GrantKey
-from hami_common.inventory import open_inventory
+from hami_common.inventory import NodeDeviceConfig, open_inventory
 from hami_common.kube import Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
+from hami_common.resources import GPU_PRIORITY
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
 from hami_common.staging import StagingStore
@@ -80,6 +81,7 @@ class AllocatorService:
         publisher: ResultPublisher | None = None,
         numa_topology: bool = False,
         grant_key: GrantKey | None = None,
+        priority_name: str = GPU_PRIORITY,
     ) -> None:
         self.node = node
         self.kube = kube
@@ -100,6 +102,7 @@ class AllocatorService:
             followup=self.followup,
             pods=KubeNodePods(kube) if kube is not None else None,
             grant_key=grant_key,
+            priority_name=priority_name,
         )
         self.plugin = DevicePluginService(
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
@@ -125,20 +128,9 @@ class AllocatorService:
                 tg.create_task(self.nodes.run(), name="node-watch")
 
 
-def _config(s: AllocatorSettings) -> NodeAllocationConfig:
-    return NodeAllocationConfig(
-        hook_path=s.hook_path,
-        libvgpu_host_path=s.libvgpu,
-        limits_host_dir=s.limits_dir,
-        device_memory_scaling=s.device_memory_scaling,
-        core_policy=s.core_policy,
-        disable_core_limit=s.disable_core_limit,
-        libcuda_log_level=s.libcuda_log_level,
-        cdi_kind=s.cdi_kind,
-    )
-
-
-async def _inventory(settings: AllocatorSettings, stack: contextlib.AsyncExitStack) -> DeclaredInventory:
+async def _inventory(
+    settings: AllocatorSettings, node: NodeDeviceConfig, stack: contextlib.AsyncExitStack
+) -> DeclaredInventory:
     """The node agent's discovery when ``--inventory`` names it, else the declared ``--gpus``."""
     if settings.inventory:
         if settings.gpus:
@@ -147,13 +139,14 @@ async def _inventory(settings: AllocatorSettings, stack: contextlib.AsyncExitSta
             open_inventory, settings.inventory, node=settings.node_name, fake_file=settings.fake_inventory
         )
         stack.callback(backend.close)
-        discovered = DiscoveredInventory(backend, settings.inventory_poll)
+        discovered = DiscoveredInventory(backend, settings.inventory_poll, visible=node.registers)
         await discovered.refresh()
         return discovered
     try:
         gpus = parse_declared(settings.gpus)
     except ValueError as err:
         raise InvalidInput(f"--gpus: {err}") from err
+    gpus = tuple(g for g in gpus if node.registers(g.uuid, None))
     if not gpus:
         log.warning("no GPU to advertise: set --inventory (nvml or fake) or --gpus")
     return DeclaredInventory(gpus)
@@ -161,23 +154,25 @@ async def _inventory(settings: AllocatorSettings, stack: contextlib.AsyncExitSta
 
 async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
     """The service body for ``hami_common.service.run``: serve until ``stop`` is set."""
-    endpoint = Endpoint(
-        plugin_dir=Path(settings.plugin_dir),
-        socket_name=settings.socket_name,
-        resource_name=settings.resource_name,
-        preferred_available=settings.preferred_allocation,
-        register_timeout=settings.register_timeout,
-        watch_interval=settings.watch_interval,
-    )
     async with contextlib.AsyncExitStack() as stack:
         try:
             if not settings.node_name:
                 raise InvalidInput("the node name is required (--node-name or HAMI_NODE_NAME)")
-            inventory = await _inventory(settings, stack)
+            # the node agent applies the same entry: the slots it registers are the devices advertised here
+            node = settings.node_config()
+            inventory = await _inventory(settings, node, stack)
             grant_key = settings.grant_key()
         except InvalidInput as err:
             log.error("bad configuration: %s", err)
             raise SystemExit(EXIT_CONFIG) from err
+        endpoint = Endpoint(
+            plugin_dir=Path(settings.plugin_dir),
+            socket_name=settings.socket_name,
+            resource_name=settings.advertised_resource(),
+            preferred_available=node.preferred_allocation,
+            register_timeout=settings.register_timeout,
+            watch_interval=settings.watch_interval,
+        )
         kube = None
         if settings.use_apiserver:
             kube = await stack.enter_async_context(KubeClient.from_settings(settings))
@@ -189,12 +184,13 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             endpoint=endpoint,
             inventory=inventory,
             store=StagingStore(settings.staging_dir),
-            config=_config(settings),
-            split=settings.device_split_count,
+            config=settings.allocation_config(node),
+            split=node.split_count,
             kube=kube,
             publisher=bus,
-            numa_topology=settings.numa_topology,
+            numa_topology=node.numa_topology,
             grant_key=grant_key,
+            priority_name=settings.device_config().resources.priority_name,
         )
         if grant_key is None and settings.use_apiserver:
             log.warning("no grant key (--grant-key-file): pods are served from staged placements only")

@@ -28,6 +28,7 @@ from hami_common.annotations import (
 )
 from hami_common.errors import AnnotationError
 from hami_common.kube import Change, Node, Pod, ResourceQuota
+from hami_common.resources import ResourceConfig
 from hami_common.scheduling import collapse_devices, cordoned_devices, quota_from_hard
 from hami_extender.handshake import NodeHandshakes
 from hami_extender.ledger import Booking, Ledger, Registration
@@ -99,6 +100,7 @@ class LedgerSync:
     on_pod_gone: Callable[[str], None] = lambda uid: None
     on_bind_settled: Callable[[str], None] = lambda uid: None
     handshakes: NodeHandshakes | None = None  # None: judge no handshakes (tests of the ledger alone)
+    resources: ResourceConfig = field(default_factory=ResourceConfig)  # quota keys follow the resource names
     malformed: int = 0
     _quotas: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
 
@@ -165,4 +167,7 @@ class LedgerSync:
             quotas.pop(meta.name, None)
         else:
             quotas[meta.name] = dict(change.obj.spec.hard)
-        self.ledger.set_quota(meta.namespace, quota_from_hard(quotas.values()) if quotas else None)
+        self.ledger.set_quota(
+            meta.namespace,
+            quota_from_hard(quotas.values(), self.resources.memory_name, self.resources.core_name) if quotas else None,
+        )

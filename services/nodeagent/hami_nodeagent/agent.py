@@ -17,9 +17,9 @@ import nats.errors
 
 from hami_common import logkeys, subjects
 from hami_common.bus import Bus, Subscription, placement_consumer
-from hami_common.errors import InvalidInput, TransientError
+from hami_common.errors import TransientError
 from hami_common.events import PlacementDecision, PodEnded
-from hami_common.inventory import GpuInventory, NodeDeviceConfig, apply_node_overrides, open_inventory
+from hami_common.inventory import GpuInventory, NodeDeviceConfig, open_inventory
 from hami_common.kube import EventRecorder, KubeClient, Pod
 from hami_common.staging import StagingStore
 from hami_common.subjects import PLACEMENT_STREAM
@@ -39,15 +39,8 @@ _RETRY_MAX_S: Final = 10.0
 
 
 def device_config(settings: NodeAgentSettings) -> NodeDeviceConfig:
-    """The chart-wide knobs with this node's overrides from HAMi's config.json, if one is configured."""
-    config = settings.device_config()
-    if not settings.node_config_file:
-        return config
-    try:
-        text = Path(settings.node_config_file).read_bytes()
-    except OSError as err:
-        raise InvalidInput(f"node config {settings.node_config_file}: {err.strerror or err}") from err
-    return apply_node_overrides(config, text, settings.node_name)
+    """The device config's values with this node's ``nodeconfig`` entry and the flags given on top."""
+    return settings.node_config()
 
 
 class NodeAgent:
