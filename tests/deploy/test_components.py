@@ -105,7 +105,11 @@ def test_extender_filters_and_binds_gpu_pods_by_node_name(scheduler_config: Sche
     assert extender.httpTimeout == "30s"
     assert not extender.ignorable
     assert {m.name for m in extender.managedResources} == HAMI_RESOURCES
-    assert all(m.ignoredByScheduler for m in extender.managedResources)
+    # kube-scheduler counts slices (the device plugin's allocatable) so its preemption can find victims;
+    # memory, cores and priority exist on no node's allocatable: only the extender judges them
+    counted = {m.name for m in extender.managedResources if not m.ignoredByScheduler}
+    assert counted == {resources.GPU}
+    assert extender.preemptVerb == "preempt"
 
 
 def test_scheduler_name_matches_the_one_the_webhook_sets(

@@ -126,5 +126,5 @@ def test_k3s_scheduler_manages_the_same_resources_as_the_cluster_scheduler(compo
     local = yaml.safe_load((COMPOSE_DIR / "kube-scheduler.yaml").read_text())
     (cluster_extender,) = cluster["extenders"]
     (local_extender,) = local["extenders"]
-    for key in ("managedResources", "filterVerb", "bindVerb", "nodeCacheCapable", "httpTimeout"):
+    for key in ("managedResources", "filterVerb", "bindVerb", "preemptVerb", "nodeCacheCapable", "httpTimeout"):
         assert local_extender[key] == cluster_extender[key], key

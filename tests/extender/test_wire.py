@@ -194,9 +194,34 @@ async def test_a_node_that_registers_later_is_no_longer_reported_unregistered(
     names = ["node1", "late"]
     add_node(emulator, "node1", cards("node1", n=1, devmem=1000))
     await eventually(lambda: "node1" in extender.state["ledger"])
-    first = await extender.filter(add_pod(emulator, "a"), names)
-    assert (first["NodeNames"], first["FailedNodes"]) == (["node1"], {"late": "node unregistered"})
+    big = [gpu_container(mem=2000)]
+    first = await extender.filter(add_pod(emulator, "a", containers=big), names)
+    assert first["FailedNodes"] == {"late": "node unregistered", "node1": "1/1 CardInsufficientMemory"}
     add_node(emulator, "late")
     await eventually(lambda: "late" in extender.state["ledger"])
-    second = await extender.filter(add_pod(emulator, "b", containers=[gpu_container(mem=2000)]), names)
-    assert (second["NodeNames"], second["FailedNodes"]) == (["late"], {})
+    second = await extender.filter(add_pod(emulator, "b", containers=big), names)
+    assert (second["NodeNames"], second["FailedNodes"]) == (["late"], None)
+
+
+async def test_filter_success_sends_failed_nodes_null_as_hami_does(emulator: KubeApiEmulator, extender: Served) -> None:
+    add_node(emulator, "node1", cards("node1", n=1, devmem=1000))
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    pod = add_pod(emulator, "p")
+    response = await extender.client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": ["zz", "node1"]})
+    assert response.content == (
+        b'{"Nodes":null,"NodeNames":["node1"],"FailedNodes":null,"FailedAndUnresolvableNodes":null,"Error":""}'
+    )
+
+
+async def test_failed_nodes_are_written_in_sorted_key_order_as_go_writes_maps(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    add_node(emulator, "m-small", cards("m-small", n=1, devmem=500))
+    await eventually(lambda: "m-small" in extender.state["ledger"])
+    pod = add_pod(emulator, "p")
+    # unregistered names are listed first internally, then fitted nodes: the wire order must not show it
+    names = ["zeta", "m-small", "alpha"]
+    response = await extender.client.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": names})
+    failed = response.content.split(b'"FailedNodes":', 1)[1]
+    keys = [failed.index(f'"{name}":'.encode()) for name in ("alpha", "m-small", "zeta")]
+    assert keys == sorted(keys), response.text

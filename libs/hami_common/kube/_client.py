@@ -18,7 +18,7 @@ import urllib3.exceptions
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from hami_common.errors import Conflict, InvalidInput, TransientError
+from hami_common.errors import Conflict, InvalidInput, NotFound, TransientError
 from hami_common.kube._config import load_api_client
 from hami_common.kube._errors import from_client_error
 from hami_common.kube._patches import (
@@ -228,6 +228,16 @@ class KubeClient:
                 raise Conflict(f"{what}: pod is bound to {pod.spec.node_name}") from None
             raise
 
+    async def finish_deletion(self, namespace: str, name: str, uid: str) -> None:
+        """Delete a terminating pod at once (grace 0), as its kubelet does once the containers have stopped;
+        the UID precondition spares a new pod of the same name. A pod already gone is no error."""
+        what = f"deletion of pod {namespace}/{name}"
+        options = client.V1DeleteOptions(grace_period_seconds=0, preconditions=client.V1Preconditions(uid=uid))
+        try:
+            await self.call_raw(what, self.core.delete_namespaced_pod, name, namespace, body=options)
+        except NotFound:
+            return
+
     # --- leases --------------------------------------------------------------------------------------------
 
     async def get_lease(self, namespace: str, name: str) -> Lease:
@@ -264,3 +274,11 @@ class KubeClient:
         namespace = event.metadata.namespace
         body: dict[str, Any] = msgspec.to_builtins(event)
         await self.call_raw(f"event in {namespace}", self.core.create_namespaced_event, namespace, body)
+
+    async def patch_event(self, namespace: str, name: str, count: int, last_timestamp: str, message: str) -> None:
+        """Count one more occurrence of an event, as client-go's recorder does (404 → NotFound)."""
+        body = {"count": count, "lastTimestamp": last_timestamp, "message": message}
+        await self.call_raw(
+            f"event {namespace}/{name}", self.core.patch_namespaced_event, name, namespace, body,
+            _content_type=MERGE_PATCH,
+        )  # fmt: skip

@@ -124,12 +124,14 @@ class PodCondition(_Wire, frozen=True):
 class PodSpec(_Wire, frozen=True):
     node_name: str = ""
     scheduler_name: str = ""
+    priority: int = 0  # the PriorityClass value the apiserver resolved (preemption compares these)
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] = ()
 
 
 class PodStatus(_Wire, frozen=True):
     phase: str = ""
+    nominated_node_name: str = ""  # set by kube-scheduler on a preemptor: the node its victims free
     reason: str = ""  # e.g. UnexpectedAdmissionError when the kubelet could not admit the pod
     message: str = ""
     conditions: tuple[PodCondition, ...] = ()

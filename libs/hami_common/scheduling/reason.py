@@ -33,9 +33,18 @@ class Reason(enum.StrEnum):
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"
     NODE_UNREGISTERED = "node unregistered"
     DEVICE_TYPE_NOT_FOUND = "Device type not found"
+    # Ours: the cards a preemption freed are kept for the pod kube-scheduler nominated to this node.
+    NODE_NOMINATED_FOR_OTHER_POD = "node nominated for a more important pod"
 
 
-NODE_REASONS = frozenset({Reason.NODE_INSUFFICIENT_DEVICE, Reason.NODE_UNREGISTERED, Reason.DEVICE_TYPE_NOT_FOUND})
+NODE_REASONS = frozenset(
+    {
+        Reason.NODE_INSUFFICIENT_DEVICE,
+        Reason.NODE_UNREGISTERED,
+        Reason.DEVICE_TYPE_NOT_FOUND,
+        Reason.NODE_NOMINATED_FOR_OTHER_POD,
+    }
+)
 
 
 def render_reasons(counts: Mapping[Reason, int], total: int) -> str:

@@ -41,6 +41,16 @@ RESOURCES: Final = (
     ResourceType("", "v1", "bindings", "Binding", True, (), (), "binding"),
     ResourceType("coordination.k8s.io", "v1", "leases", "Lease", True, (), (), "lease"),
     ResourceType(
+        "policy",
+        "v1",
+        "poddisruptionbudgets",
+        "PodDisruptionBudget",
+        True,
+        ("pdb",),
+        ("status",),
+        "poddisruptionbudget",
+    ),
+    ResourceType(
         "admissionregistration.k8s.io",
         "v1",
         "mutatingwebhookconfigurations",

@@ -30,8 +30,8 @@ from hami_common.kube import (
     PodCondition,
     PodStatus,
 )
-from hami_common.resources import GPU
 from hami_common.staging import StagingStore
+from hami_common.tracing import service_scope
 from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
@@ -87,6 +87,8 @@ class SimNode:
     ) -> None:
         self.name = name
         self._kube = kube  # where the kubelet reports the phase of the pods it admitted
+        self._finishing: set[asyncio.Task[None]] = set()
+        self._terminated: set[str] = set()  # pods whose deletion this kubelet has finished (or is finishing)
         self.config = config
         self.connections = connections
         self.kubelet = KubeletEmulator(config.plugin_dir(name), node=name)
@@ -97,12 +99,13 @@ class SimNode:
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._seen: set[str] = set()
         self._store = StagingStore(config.node_dir(name) / "staging")
+        self._resource = config.gpu_resource  # the device config's resourceCountName, read once
         self._reports: set[asyncio.Task[None]] = set()
 
     @property
     def devices(self) -> int:
         """Virtual devices the allocator advertises: GPUs × split count."""
-        return self.config.gpus_per_node * self.config.split_count
+        return self.config.gpus_per_node * self.config.node_split(self.name)
 
     def agent_settings(self) -> NodeAgentSettings:
         node_dir = self.config.node_dir(self.name)
@@ -115,7 +118,8 @@ class SimNode:
             node_name=self.name,
             inventory=FAKE,
             fake_inventory=str(self.config.inventory_file),
-            device_split_count=self.config.split_count,
+            device_split_count=None if self.config.device_config_file else self.config.split_count,
+            device_config_file=self.config.service_device_config(),
             staging_dir=str(node_dir / "staging"),
             hook_path=str(node_dir / "hook"),
             placement_ack_wait=5.0,
@@ -131,7 +135,8 @@ class SimNode:
             kube_backoff_max=1.0,
             node_name=self.name,
             plugin_dir=str(self.config.plugin_dir(self.name)),
-            device_split_count=self.config.split_count,
+            device_split_count=None if self.config.device_config_file else self.config.split_count,
+            device_config_file=self.config.service_device_config(),
             inventory=FAKE,
             fake_inventory=str(self.config.inventory_file),
             staging_dir=str(node_dir / "staging"),
@@ -140,11 +145,14 @@ class SimNode:
             grant_key_file=str(self.config.grant_key_file),
         )
 
+    # service.name per kind of service, the node as its instance (one process may hold many nodes)
     async def _run_agent(self, stop: asyncio.Event) -> None:
-        await serve_agent(self.agent_settings(), stop)
+        with service_scope("hami-nodeagent", self.name):
+            await serve_agent(self.agent_settings(), stop)
 
     async def _run_allocator(self, stop: asyncio.Event) -> None:
-        await serve_allocator(self.allocator_settings(), stop)
+        with service_scope("hami-allocator", self.name):
+            await serve_allocator(self.allocator_settings(), stop)
 
     async def _until_staged(self, uid: str) -> None:
         """Give the node agent up to ``stage_wait`` seconds to stage the pod before the kubelet asks.
@@ -163,7 +171,7 @@ class SimNode:
         async def admit_forever() -> None:
             while True:
                 pod = await self._queue.get()
-                if _asks_for_gpus(pod):  # a pod without devices has nothing to stage: it starts at once
+                if _asks_for_gpus(pod, self._resource):  # a pod without devices has nothing to stage: it starts at once
                     await self._until_staged(pod.metadata.uid)
                 admission = await self.kubelet.admit(pod)
                 self._on_admitted(Admitted(self.name, admission, time.monotonic()))
@@ -210,7 +218,7 @@ class SimNode:
 
     async def wait_ready(self) -> None:
         """Until the allocator is registered with the kubelet and advertises every virtual device."""
-        await self.kubelet.wait_devices(GPU, self.devices)
+        await self.kubelet.wait_devices(self._resource, self.devices)
 
     def bound(self, pod: Pod) -> None:
         """A pod bound to this node appeared: admit it once, in arrival order."""
@@ -222,15 +230,32 @@ class SimNode:
     def gone(self, uid: str) -> None:
         self.kubelet.release(uid)
 
+    def terminating(self, pod: Pod) -> None:
+        """A pod of this node is being deleted gracefully (e.g. a preemption victim): its containers stop at
+        once here, so the kubelet finishes the deletion, as a real one does when they have stopped."""
+        meta = pod.metadata
+        self.gone(meta.uid)
+        if self._kube is None or meta.uid in self._terminated:
+            return
+        self._terminated.add(meta.uid)
+        task = asyncio.create_task(self._kube.finish_deletion(meta.namespace, meta.name, meta.uid))
+        self._finishing.add(task)
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._finishing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("a terminating pod was not deleted: %s", task.exception())
+
     async def stop(self) -> None:
         for service in (self.admitter, self.allocator, self.agent):
             await service.stop()
         await self.kubelet.stop()
 
 
-def _asks_for_gpus(pod: Pod) -> bool:
+def _asks_for_gpus(pod: Pod, resource: str) -> bool:
     containers = (*pod.spec.init_containers, *pod.spec.containers)
-    return any(GPU in c.resources.limits or GPU in c.resources.requests for c in containers)
+    return any(resource in c.resources.limits or resource in c.resources.requests for c in containers)
 
 
 def hand_over(nodes: Mapping[str, SimNode], change: Change[Pod]) -> None:
@@ -239,7 +264,9 @@ def hand_over(nodes: Mapping[str, SimNode], change: Change[Pod]) -> None:
     node = nodes.get(pod.spec.node_name)
     if node is None:
         return
-    if change.type == "DELETED" or pod.metadata.deletion_timestamp is not None:
+    if change.type == "DELETED":
         node.gone(pod.metadata.uid)
+    elif pod.metadata.deletion_timestamp is not None:
+        node.terminating(pod)
     else:
         node.bound(pod)

@@ -13,6 +13,7 @@ from hami_extender.handshake import NodeHandshakes
 from hami_extender.leadership import Leadership
 from hami_extender.ledger import Ledger
 from hami_extender.placer import Placer
+from hami_extender.preemptor import Preemptor
 from hami_extender.publisher import PlacementPublisher
 from hami_extender.readiness import Readiness
 from hami_extender.settings import ExtenderSettings
@@ -34,6 +35,7 @@ class State(TypedDict):
     ledger: Ledger
     placer: Placer
     binder: Binder
+    preemptor: Preemptor
     leadership: Leadership
     publisher: PlacementPublisher
     readiness: Readiness

@@ -167,6 +167,10 @@ class Ledger:
     def booking(self, uid: str) -> Booking | None:
         return self._bookings.get(uid)
 
+    def bookings_on(self, node: str) -> list[Booking]:
+        """The bookings held on ``node``, by pod UID."""
+        return [self._bookings[uid] for uid in sorted(self._by_node.get(node, ()))]
+
     def book(self, booking: Booking) -> None:
         """Add or replace a pod's booking; a no-op when it is the same as the one held."""
         previous = self._bookings.get(booking.uid)

@@ -7,5 +7,6 @@ from typing import Final
 FILTER: Final = "/filter"
 BIND: Final = "/bind"
 PRIORITIZE: Final = "/prioritize"
+PREEMPT: Final = "/preempt"
 HEALTHZ: Final = "/healthz"
 READYZ: Final = "/readyz"

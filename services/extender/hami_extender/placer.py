@@ -14,7 +14,7 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -40,6 +40,7 @@ from hami_common.scheduling import (
     PodPreferences,
     Reason,
     SchedulerDefaults,
+    apply_charges,
     choose_node,
     device_usage_from,
     fit_node,
@@ -47,6 +48,7 @@ from hami_common.scheduling import (
 )
 from hami_common.tracing import context_from_annotation, tracer
 from hami_extender.ledger import Booking, Ledger, NodeView
+from hami_extender.nominations import Nominations
 from hami_extender.notices import FILTERING_FAILED, FILTERING_SUCCEED, NoticeQueue
 from hami_extender.sync import registration_from
 from hami_extender.timings import FilterTimes
@@ -86,6 +88,7 @@ class Placer:
     patch_timeout: float = 10.0
     filter_times: FilterTimes = field(default_factory=FilterTimes)  # read by Bind, for the placement decision
     grant_key: GrantKey | None = None  # signs each grant, so allocators can tell it from a forged one
+    nominations: Nominations | None = None  # preemptors kube-scheduler nominated: their nodes are kept for them
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:
@@ -110,18 +113,27 @@ class Placer:
 
     # --- the node-cache path -------------------------------------------------------------------------------
 
-    def _fit(self, view: NodeView, request: PodRequest, prefs: PodPreferences) -> NodeFit:
+    def _fit(self, view: NodeView, request: PodRequest, prefs: PodPreferences, pod: Pod) -> NodeFit:
+        usage = view.usage
+        score: float | None = view.score
+        if self.nominations is not None:
+            # what a preemption freed here belongs to the pods nominated to it first (see .nominations)
+            for nominee in self.nominations.ahead_of(usage.name, pod.metadata.uid, pod.spec.priority):
+                held = fit_node(usage, nominee.request, nominee.prefs, memory_factor=self.defaults.memory_factor)
+                if not held.fits:
+                    return NodeFit(node=usage.name, rejected={Reason.NODE_NOMINATED_FOR_OTHER_POD: 1})
+                usage, score = apply_charges(usage, held.charges), None
         return fit_node(
-            view.usage,
+            usage,
             request,
             prefs,
             quota=self.ledger.quota(prefs.namespace),
             memory_factor=self.defaults.memory_factor,
-            score=view.score,
+            score=score,
         )
 
     def _choose(
-        self, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
+        self, pod: Pod, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
     ) -> tuple[NodeFit | None, list[NodeFit]]:
         spread = prefs.node_policy is NodePolicy.SPREAD
         ordered, missing = self.ledger.candidates(names, spread, wanted or None)
@@ -132,11 +144,11 @@ class Placer:
             if not all(view.may_fit(*check) for check in checks):
                 skipped.append(view)
                 continue
-            fit = self._fit(view, request, prefs)
+            fit = self._fit(view, request, prefs, pod)
             if fit.fits:
                 return fit, failed
             failed.append(fit)
-        failed.extend(self._fit(view, request, prefs) for view in skipped)
+        failed.extend(self._fit(view, request, prefs, pod) for view in skipped)
         return None, failed
 
     async def _place(
@@ -144,12 +156,11 @@ class Placer:
     ) -> Filtered:
         meta = pod.metadata
         self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
-        chosen, failed = self._choose(names, wanted, request, prefs)
-        failed_nodes = {fit.node: fit.reason for fit in failed}
+        chosen, failed = self._choose(pod, names, wanted, request, prefs)
         ref = reference_to(pod, "Pod")
         if chosen is None:
             self._report_failure(ref, failed)
-            return Filtered(FilterResult(failed_nodes=failed_nodes))
+            return Filtered(FilterResult(failed_nodes=_sorted_reasons(failed)))
         booking = Booking(
             uid=meta.uid,
             namespace=meta.namespace,
@@ -204,9 +215,8 @@ class Placer:
                 extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
             )
         )
-        return Filtered(
-            FilterResult(node_names=[chosen.node], failed_nodes=failed_nodes), time.perf_counter() - started
-        )
+        # Success carries "FailedNodes":null, as HAMi's does: the losers are in the FilteringSucceed event.
+        return Filtered(FilterResult(node_names=[chosen.node]), time.perf_counter() - started)
 
     def _report_failure(self, ref: ObjectReference, failed: Sequence[NodeFit]) -> None:
         self.notices.emit(ref, "Warning", FILTERING_FAILED, f"no available node, {len(failed)} nodes do not meet")
@@ -241,6 +251,10 @@ class Placer:
             )
             fits.append(fit_node(usage, request, prefs, memory_factor=self.defaults.memory_factor))
         chosen = choose_node(fits, prefs.node_policy)
-        failed = {f.node: f.reason for f in fits if not f.fits}
         items = [raw_by_name[chosen.node]] if chosen is not None else []
-        return FilterResult(nodes=RawNodeList(items=items), failed_nodes=failed)
+        return FilterResult(nodes=RawNodeList(items=items), failed_nodes=_sorted_reasons(f for f in fits if not f.fits))
+
+
+def _sorted_reasons(failed: Iterable[NodeFit]) -> dict[str, str]:
+    """Node -> reason in key order: Go's encoding/json writes every map sorted, so HAMi's answer is too."""
+    return dict(sorted((fit.node, fit.reason) for fit in failed))

@@ -22,9 +22,14 @@ __all__ = [
     "FilterArgsDecoder",
     "FilterResult",
     "HostPriority",
+    "MetaPod",
+    "MetaVictims",
+    "PreemptionArgs",
+    "PreemptionResult",
     "RawNodeList",
     "decode_binding_args",
     "decode_filter_args",
+    "decode_preemption_args",
     "encode",
 ]
 
@@ -85,6 +90,7 @@ class _WireSpec(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
 
     node_name: str | None = None
     scheduler_name: str | None = None
+    priority: int | None = None
     containers: tuple[Container, ...] | None = None
     init_containers: tuple[Container, ...] | None = None
 
@@ -100,6 +106,7 @@ class _WirePod(msgspec.Struct, frozen=True, kw_only=True):
             spec=PodSpec(
                 node_name=s.node_name or "",
                 scheduler_name=s.scheduler_name or "",
+                priority=s.priority or 0,
                 containers=s.containers or (),
                 init_containers=s.init_containers or (),
             ),
@@ -205,6 +212,50 @@ def decode_binding_args(body: bytes) -> BindingArgs:
     if not args.pod_name or not args.node:
         raise InvalidInput("binding args need PodName and Node")
     return args
+
+
+class MetaPod(msgspec.Struct, frozen=True, kw_only=True, rename={"uid": "UID"}):
+    uid: str
+
+
+class MetaVictims(
+    msgspec.Struct, frozen=True, kw_only=True, rename={"pods": "Pods", "num_pdb_violations": "NumPDBViolations"}
+):
+    pods: list[MetaPod]
+    num_pdb_violations: int = 0
+
+
+class PreemptionResult(
+    msgspec.Struct, frozen=True, kw_only=True, rename={"node_name_to_meta_victims": "NodeNameToMetaVictims"}
+):
+    """``ExtenderPreemptionResult``: always the meta form, whichever form the request used."""
+
+    node_name_to_meta_victims: dict[str, MetaVictims] | None = None
+
+
+class PreemptionArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """``ExtenderPreemptionArgs`` as the extender uses it: the preemptor and the candidate nodes (the keys of
+    ``NodeNameToMetaVictims`` with a node cache, of ``NodeNameToVictims`` without). The victims
+    kube-scheduler proposes are not needed: it cannot see GPU slices, so the extender chooses its own."""
+
+    pod: Pod
+    nodes: list[str]
+
+
+_VICTIM_MAP: Final = msgspec.json.Decoder(dict[str, msgspec.Raw] | None)
+
+
+def decode_preemption_args(body: bytes) -> PreemptionArgs:
+    """Raises ``InvalidInput`` for bad JSON and for a missing pod."""
+    fields = _fields(body)
+    pod = _field(_POD, fields.get("pod"), "Pod")
+    if pod is None:
+        raise InvalidInput("preemption args missing pod")
+    nodes: dict[str, None] = {}
+    for key, what in (("nodenametometavictims", "NodeNameToMetaVictims"), ("nodenametovictims", "NodeNameToVictims")):
+        for name in _field(_VICTIM_MAP, fields.get(key), what) or {}:
+            nodes.setdefault(name)
+    return PreemptionArgs(pod=pod.to_pod(), nodes=list(nodes))
 
 
 def encode(value: msgspec.Struct | list[HostPriority]) -> bytes:

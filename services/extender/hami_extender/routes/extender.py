@@ -32,7 +32,9 @@ from hami_extender.wire import (
     FilterArgsDecoder,
     FilterResult,
     HostPriority,
+    PreemptionResult,
     decode_binding_args,
+    decode_preemption_args,
     encode,
 )
 
@@ -192,6 +194,22 @@ def prioritize_verb(decoder: FilterArgsDecoder) -> Verb:
     return prioritize_nodes
 
 
+async def preempt_pod(state: State, body: bytes | None) -> Answer:
+    """The victims per node that let the pod fit (kube-scheduler's preemption, for GPU slices).
+
+    An error answers an empty map: kube-scheduler then preempts nothing, and the pod waits, as it would
+    without a preempt verb."""
+    try:
+        args = decode_preemption_args(_whole(body))
+        _must_lead(state["leadership"])
+        await state["readiness"].ensure()
+        result = await state["preemptor"].preempt(args)
+    except HamiError as err:
+        log.warning("preempt failed: %s", err)
+        result = PreemptionResult(node_name_to_meta_victims={})
+    return _json(result)
+
+
 class ExtenderApp(FastAPI):
     """FastAPI for the probes; the extender verbs are answered before its middleware stack is entered."""
 
@@ -201,6 +219,7 @@ class ExtenderApp(FastAPI):
             paths.FILTER: filter_verb(FilterArgsDecoder()),
             paths.BIND: bind_pod,
             paths.PRIORITIZE: prioritize_verb(FilterArgsDecoder()),
+            paths.PREEMPT: preempt_pod,
         }
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
