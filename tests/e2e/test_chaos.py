@@ -6,6 +6,7 @@ over-committed, and no placement is lost (every bound pod was admitted by its ku
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -56,3 +57,14 @@ async def test_after_a_nats_restart_every_pod_is_allocated_once_or_pending_with_
     cluster: LocalCluster,
 ) -> None:
     await check(cluster, [cluster.restart_nats], settle=60.0)
+
+
+@pytest.mark.timeout(300)
+async def test_after_losing_one_server_of_a_nats_cluster_every_pod_is_allocated_once_or_pending_with_a_reason(
+    tmp_path: Path, sockdir: Path
+) -> None:
+    """Three NATS servers, as the production overlay runs them, the placement stream on all three: one is
+    killed (SIGKILL) mid-run and returns; no placement is lost and none is served twice."""
+    config = dataclasses.replace(stack_config(tmp_path, sockdir, nodes=10), nats_servers=3)
+    async with LocalCluster(config) as cluster:
+        await check(cluster, [lambda: cluster.kill_nats_server(0)], settle=90.0)

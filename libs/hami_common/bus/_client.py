@@ -152,6 +152,20 @@ class Bus:
     def connected(self) -> bool:
         return bool(self._nc.is_connected)
 
+    @property
+    def connected_url(self) -> str:
+        """The server this connection is on now (one of a cluster's), empty while disconnected."""
+        url = self._nc.connected_url
+        return url.geturl() if url is not None and self.connected else ""
+
+    async def stream_replicas(self, name: str) -> int:
+        """How many copies of the stream the server keeps (its configuration as stored)."""
+        try:
+            info = await self._js.stream_info(name)
+        except (nats.errors.Error, TimeoutError) as err:
+            raise TransientError(f"stream {name}: {err}") from err
+        return int(info.config.num_replicas or 1)
+
     async def sync(self) -> None:
         """Return once the server has everything sent so far (subscriptions included).
 
@@ -194,16 +208,20 @@ class Bus:
             retention=js_api.RetentionPolicy.LIMITS,
             max_age=spec.max_age_s,
             duplicate_window=spec.duplicate_window_s,
+            num_replicas=spec.replicas,
         )
         try:
-            await self._js.stream_info(spec.name)
-        except nats.js.errors.NotFoundError:
             try:
-                await self._js.add_stream(config)
-                return
-            except nats.js.errors.BadRequestError:
-                pass  # created by someone else between our two calls: fall through to update
-        await self._js.update_stream(config)
+                await self._js.stream_info(spec.name)
+            except nats.js.errors.NotFoundError:
+                try:
+                    await self._js.add_stream(config)
+                    return
+                except nats.js.errors.BadRequestError:
+                    pass  # created by someone else between our two calls: fall through to update
+            await self._js.update_stream(config)
+        except (nats.errors.Error, TimeoutError) as err:  # e.g. a cluster still electing its JetStream leader
+            raise TransientError(f"stream {spec.name} not declared: {err}") from err
 
     async def ensure_consumer(self, stream: str, spec: ConsumerSpec) -> None:
         """Create or update a durable pull consumer; its position survives every restart."""
@@ -243,11 +261,9 @@ class Bus:
             ack = await self._js.publish(
                 subject, msgspec.msgpack.encode(event), headers=headers, timeout=_REQUEST_TIMEOUT_S
             )
-        except (
-            nats.errors.TimeoutError,
-            nats.errors.NoRespondersError,
-            nats.errors.ConnectionClosedError,
-        ) as err:
+        except (nats.errors.Error, TimeoutError) as err:
+            # timeouts, no responders, a closed connection, and in a cluster failing over "no response from
+            # stream": all worth a retry, which the message ID makes safe
             raise TransientError(f"JetStream publish on {subject} failed: {err}") from err
         return int(ack.seq)
 

@@ -15,6 +15,7 @@ class StreamSpec:
     subjects: tuple[str, ...]
     max_age_s: float = 24 * 3600.0
     duplicate_window_s: float = 120.0  # publishes with the same Nats-Msg-Id inside it are stored once
+    replicas: int = 1  # copies kept by a NATS cluster (its consumers get as many); 3 survives losing a server
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,9 +27,11 @@ class ConsumerSpec:
     max_ack_pending: int = 1000
 
 
-def placement_stream() -> StreamSpec:
+def placement_stream(replicas: int = 1) -> StreamSpec:
     """Placement decisions, kept a day so a node agent that was down gets every decision it missed."""
-    return StreamSpec(name=subjects.PLACEMENT_STREAM, subjects=(subjects.wildcard(subjects.PLACEMENT),))
+    return StreamSpec(
+        name=subjects.PLACEMENT_STREAM, subjects=(subjects.wildcard(subjects.PLACEMENT),), replicas=replicas
+    )
 
 
 def placement_consumer(node: str, ack_wait_s: float = 30.0) -> ConsumerSpec:

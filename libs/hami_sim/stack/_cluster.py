@@ -24,9 +24,9 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Self
 
-from hami_common.bus import EmbeddedNats
+from hami_common.bus import EmbeddedNats, NatsCluster
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
-from hami_common.resources import GPU
+from hami_common.tracing import service_scope
 from hami_extender.app import create_app as create_extender
 from hami_extender.ledger import Ledger
 from hami_extender.settings import ExtenderSettings
@@ -78,7 +78,9 @@ class _Port:
 class LocalCluster:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.nats = EmbeddedNats(store_dir=None)
+        self.nats: EmbeddedNats | NatsCluster = (
+            NatsCluster(config.nats_servers) if config.nats_servers > 1 else EmbeddedNats(store_dir=None)
+        )
         self.real: RealKube | None = RealKube(config) if config.kube == "real" else None
         self.api: KubeApiProcess | ControlPlane = (
             self.real.plane if self.real is not None else KubeApiProcess(bookmark_interval=1.0, history=20_000)
@@ -144,6 +146,7 @@ class LocalCluster:
             port=self._webhook_port.port,
             tls_cert_file=str(self.tls.cert),
             tls_key_file=str(self.tls.key),
+            device_config_file=self.config.service_device_config(),
         )
 
     def extender_settings(self) -> ExtenderSettings:
@@ -158,23 +161,31 @@ class LocalCluster:
             gpu_scheduler_policy=self.config.gpu_policy,
             sync_wait=10.0,
             grant_key_file=str(self.config.grant_key_file),
+            device_config_file=self.config.service_device_config(),
+            placement_replicas=self.config.nats_servers,
         )
 
     def metrics_settings(self) -> MetricsSettings:
         return MetricsSettings(nats_url=self.nats.url, http_host="127.0.0.1", http_port=self._metrics_port.port)
 
+    # Each body runs under its service's service.name (one process holds them all; a collector shows them apart).
     async def _run_webhook(self, stop: asyncio.Event) -> None:
         settings = self.webhook_settings()
-        await serve_webhook(create_webhook(settings), settings, stop, self._webhook_port.socket())
+        with service_scope(settings.service_name):
+            await serve_webhook(create_webhook(settings), settings, stop, self._webhook_port.socket())
 
     async def _run_extender(self, stop: asyncio.Event) -> None:
         def started(state: Mapping[str, Any]) -> None:
             self._extender_state = state
 
-        await serve_app(create_extender(self.extender_settings()), self._extender_port.socket(), stop, started)
+        settings = self.extender_settings()
+        with service_scope(settings.service_name):
+            await serve_app(create_extender(settings), self._extender_port.socket(), stop, started)
 
     async def _run_metrics(self, stop: asyncio.Event) -> None:
-        await serve_app(create_metrics(self.metrics_settings()), self._metrics_port.socket(), stop)
+        settings = self.metrics_settings()
+        with service_scope(settings.service_name):
+            await serve_app(create_metrics(settings), self._metrics_port.socket(), stop)
 
     async def _run_scheduler(self, stop: asyncio.Event) -> None:
         driver = SchedulerDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
@@ -211,10 +222,10 @@ class LocalCluster:
         return service
 
     def _seed_nodes(self) -> None:
-        devices = str(self.config.gpus_per_node * self.config.split_count)
-        # what kube-scheduler's own plugins check (NodeResourcesFit counts pods against allocatable pods)
-        machine = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU: devices}
         for name in self.config.node_names():
+            devices = str(self.config.gpus_per_node * self.config.node_split(name))
+            # what kube-scheduler's own plugins check (NodeResourcesFit counts pods against allocatable pods)
+            machine = {"cpu": "64", "memory": "512Gi", "pods": "250", self.config.gpu_resource: devices}
             body: Json = {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -337,11 +348,20 @@ class LocalCluster:
             await asyncio.to_thread(self.real.stop_schedulers)
         for service in first:
             await service.stop()
-        await asyncio.to_thread(self.nats.stop)
-        nodes = [s for node in self.nodes.values() for s in (node.admitter, node.allocator, node.agent)]
-        await asyncio.gather(*(s.stop() for s in nodes), *(host.stop() for host in self.hosts))
-        await asyncio.gather(*(s.stop() for s in self._services if s not in first and s not in nodes))
-        await asyncio.gather(*(node.kubelet.stop() for node in self.nodes.values()))
+        # NATS goes first on purpose, so each client's "unexpected EOF" and refused reconnects that follow are
+        # expected, not news: one line says so instead of dozens of warnings (errors still show).
+        bus_log = logging.getLogger(EmbeddedNats.__module__.rsplit(".", 1)[0])
+        level = bus_log.level
+        log.info("stopping NATS before the services: their disconnect warnings are silenced until they stop")
+        bus_log.setLevel(max(level, logging.ERROR))
+        try:
+            await asyncio.to_thread(self.nats.stop)
+            nodes = [s for node in self.nodes.values() for s in (node.admitter, node.allocator, node.agent)]
+            await asyncio.gather(*(s.stop() for s in nodes), *(host.stop() for host in self.hosts))
+            await asyncio.gather(*(s.stop() for s in self._services if s not in first and s not in nodes))
+            await asyncio.gather(*(node.kubelet.stop() for node in self.nodes.values()))
+        finally:
+            bus_log.setLevel(level)
         for port in (self._metrics_port, self._webhook_port, self._extender_port):
             port.close()
 
@@ -380,8 +400,12 @@ class LocalCluster:
 
     def capacity(self) -> dict[str, GpuCapacity]:
         """Every simulated GPU's UUID and what it can hold."""
-        cap = GpuCapacity(memory_mib=self.config.gpu_memory_mib, slots=self.config.split_count)
-        return {gpu_uuid(n, i): cap for n in self.config.node_names() for i in range(self.config.gpus_per_node)}
+        mib = self.config.gpu_memory_mib
+        return {
+            gpu_uuid(n, i): GpuCapacity(memory_mib=mib, slots=self.config.node_split(n))
+            for n in self.config.node_names()
+            for i in range(self.config.gpus_per_node)
+        }
 
     def processes(self) -> dict[str, int]:
         """Every process of the stack by name (for CPU accounting): this one (webhook, metrics, the submitting
@@ -413,6 +437,14 @@ class LocalCluster:
 
     async def restart_nats(self) -> None:
         await asyncio.to_thread(self.nats.restart)
+
+    async def kill_nats_server(self, index: int = 0, down_s: float = 5.0) -> None:
+        """SIGKILL one server of the NATS cluster, as a lost node; it comes back ``down_s`` later."""
+        if not isinstance(self.nats, NatsCluster):
+            raise RuntimeError("one NATS server: nothing survives its loss (nats_servers=3 for a cluster)")
+        await asyncio.to_thread(self.nats.kill, index)
+        await asyncio.sleep(down_s)
+        await asyncio.to_thread(self.nats.revive, index)
 
     async def restart_extender(self) -> None:
         if self.real is not None:  # the leading replica's process, killed as a crash would

@@ -11,6 +11,8 @@ from typing import Any, Final
 
 import yaml
 
+from hami_common.deviceconfig import DeviceConfig, read_device_config
+
 __all__ = ["GPU_MODEL", "StackConfig", "gpu_uuid", "inventory_document", "node_name"]
 
 GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
@@ -41,7 +43,7 @@ class StackConfig:
     gpu_memory_mib: int = 81920
     gpu_model: str = GPU_MODEL
     split_count: int = 10
-    retry_after: float = 0.5  # the scheduler driver's backoff for pods that do not fit yet
+    retry_after: float = 1.0  # the scheduler driver's first backoff for a failing pod (doubles up to 10 s)
     stage_wait: float = 3.0  # how long a kubelet waits for the node agent's staging before it admits a pod
     metrics_port: int = 0  # 0: a free port
     node_policy: str = "binpack"
@@ -53,6 +55,25 @@ class StackConfig:
     # kube-scheduler built from their Go modules (``make k8s``), the webhook called by the apiserver
     kube: str = "emulated"
     scheduler_replicas: int = 1  # kube-scheduler + extender pairs (real only; the Lease picks the leader)
+    nats_servers: int = 1  # 3: a JetStream cluster on loopback, the placement stream kept on all three
+    # HAMi's device-config.yaml given to every service (--device-config-file); then its resource names and
+    # per-node split counts apply, and ``split_count`` is not passed as a flag (a flag would win over the file)
+    device_config_file: Path | None = None
+
+    def device_config(self) -> DeviceConfig:
+        return DeviceConfig() if self.device_config_file is None else read_device_config(self.device_config_file)
+
+    def node_split(self, node: str) -> int:
+        if self.device_config_file is None:
+            return self.split_count
+        return self.device_config().for_node(node).split_count
+
+    @property
+    def gpu_resource(self) -> str:
+        return self.device_config().resources.count_name
+
+    def service_device_config(self) -> str:
+        return "" if self.device_config_file is None else str(self.device_config_file)
 
     def node_names(self) -> tuple[str, ...]:
         return tuple(node_name(i) for i in range(self.nodes))

@@ -8,6 +8,7 @@ extender serves without NATS). Every task belongs to one TaskGroup and is cancel
 from __future__ import annotations
 
 import asyncio
+import functools
 import gc
 import logging
 from collections.abc import AsyncIterator
@@ -15,6 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
 from fastapi import FastAPI
+from kubernetes import client
 
 from hami_common import subjects
 from hami_common.bus import Bus, Delivery, placement_stream
@@ -37,10 +39,13 @@ from hami_extender.handoff import NodeHandoff
 from hami_extender.handshake import NodeHandshakes
 from hami_extender.leadership import Leadership
 from hami_extender.ledger import Ledger
+from hami_extender.nominations import Nominations
 from hami_extender.notices import NoticeQueue
-from hami_extender.placer import Placer
+from hami_extender.placer import Placer, request_of
+from hami_extender.preemptor import Budget, Preemptor
 from hami_extender.publisher import PlacementPublisher
 from hami_extender.readiness import Readiness
+from hami_extender.role import RoleLabel
 from hami_extender.routes import health
 from hami_extender.routes.extender import ExtenderApp
 from hami_extender.settings import ExtenderSettings
@@ -52,6 +57,7 @@ __all__ = ["create_app"]
 log = logging.getLogger(__name__)
 
 _BUS_RETRY_S = 30.0
+_STREAM_RETRY_S = 2.0
 
 
 def _now() -> datetime:
@@ -75,10 +81,15 @@ async def _keep_bus(settings: ExtenderSettings, publisher: PlacementPublisher, b
         except HamiError as err:
             log.warning("NATS unreachable, scheduling goes on without placements on the bus: %s", err)
     try:
-        try:
-            await bus.ensure_stream(placement_stream())
-        except HamiError as err:
-            log.warning("placement stream not declared: %s", err)
+        # Only the extender declares the stream (node agents may not): keep trying until it stands, e.g.
+        # while a NATS cluster elects its JetStream leader, or the bus answers slowly after a restart.
+        while True:
+            try:
+                await bus.ensure_stream(placement_stream(settings.placement_replicas))
+                break
+            except HamiError as err:
+                log.warning("placement stream not declared yet, retrying in %.0fs: %s", _STREAM_RETRY_S, err)
+                await asyncio.sleep(_STREAM_RETRY_S)
         await bus.subscribe(subjects.wildcard(subjects.ALLOCATED), AllocationResult, on_allocated)
         publisher.bus = bus
         await asyncio.Event().wait()  # until cancelled
@@ -124,16 +135,28 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 filter_times=filter_times,
                 scheduler_name=s.scheduler_name,
             )
-            handshakes = NodeHandshakes(clock=_local_now, leading=lambda: leadership.leading)
+            handshakes = NodeHandshakes(
+                clock=_local_now, leading=lambda: leadership.leading, resource=s.resource_config().count_name
+            )
             sync = LedgerSync(
-                ledger, on_pod_gone=binder.pod_done, on_bind_settled=binder.pod_done, handshakes=handshakes
+                ledger,
+                on_pod_gone=binder.pod_done,
+                on_bind_settled=binder.pod_done,
+                handshakes=handshakes,
+                resources=s.resource_config(),
             )
             pods.add_handler(sync.on_pod)
             nodes.add_handler(sync.on_node)
             nodes.add_handler(binder.on_node)
             quotas.add_handler(sync.on_quota)
             elector = _elector(s, kube)
+            if elector is not None and s.role_label:
+                elector.on_change = RoleLabel(kube, s.lease_namespace, s.candidate()).on_change
             leadership = Leadership(identity=s.candidate(), elector=elector)
+            nominations = Nominations(
+                request_of=functools.partial(request_of, config=s.resource_config()), defaults=s.policies()
+            )
+            pods.add_handler(nominations.on_pod)
             placer = Placer(
                 ledger=ledger,
                 pods=kube,
@@ -144,6 +167,14 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 patch_timeout=s.kube_timeout,
                 filter_times=filter_times,
                 grant_key=s.grant_key(),
+                nominations=nominations,
+            )
+            preemptor = Preemptor(
+                ledger=ledger,
+                cached_pod=pods.get,
+                budgets=functools.partial(_budgets, kube),
+                defaults=s.policies(),
+                resources=s.resource_config(),
             )
             recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
             readiness = Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait)
@@ -169,6 +200,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                         "ledger": ledger,
                         "placer": placer,
                         "binder": binder,
+                        "preemptor": preemptor,
                         "leadership": leadership,
                         "publisher": publisher,
                         "readiness": readiness,
@@ -181,6 +213,13 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
     app = ExtenderApp(lifespan=lifespan, title="hami-extender")
     app.include_router(health.router)
     return app
+
+
+async def _budgets(kube: KubeClient) -> list[Budget]:
+    """Every PodDisruptionBudget (the scheduler's account may read them: kube-scheduler preempts with them)."""
+    api = client.PolicyV1Api(kube.api_client)
+    budgets, _ = await kube.list_all("poddisruptionbudgets", Budget, api.list_pod_disruption_budget_for_all_namespaces)
+    return budgets
 
 
 def _elector(s: ExtenderSettings, kube: KubeClient) -> LeaderElector | LeaseFollower | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import socket
 from dataclasses import dataclass
 
+from hami_common.deviceconfig import DeviceConfigSettings, overridden
 from hami_common.grants import GrantSettings
 from hami_common.kube import KubeSettings
 from hami_common.resources import ResourceConfig
@@ -15,7 +16,7 @@ __all__ = ["ExtenderSettings"]
 
 
 @dataclass(frozen=True, slots=True)
-class ExtenderSettings(BusSettings, GrantSettings):
+class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings):
     """HAMi-compatible kube-scheduler extender: /filter, /bind, /prioritize."""
 
     http_host: str = setting("127.0.0.1", "address the HTTP API listens on")
@@ -40,9 +41,10 @@ class ExtenderSettings(BusSettings, GrantSettings):
     node_scheduler_policy: str = setting("binpack", "default node policy: binpack or spread")
     gpu_scheduler_policy: str = setting("spread", "default GPU policy: binpack, spread, topology-aware, mutex, numa")
     node_label_selector: str = setting("", "only nodes matching this label selector are watched")
-    memory_factor: int = setting(1, "nvidia memoryFactor: MiB requests are multiplied by it")
-    default_memory: int = setting(0, "nvidia defaultMemory in MiB (0: the whole card)")
-    default_cores: int = setting(0, "nvidia defaultCores")
+    # unset (None): the device config's nvidia value (--device-config-file), else HAMi's default shown
+    memory_factor: int | None = setting(None, "nvidia memoryFactor: MiB requests are multiplied by it (1)")
+    default_memory: int | None = setting(None, "nvidia defaultMemory in MiB (0: the whole card)")
+    default_cores: int | None = setting(None, "nvidia defaultCores (0)")
     leader_elect: bool = setting(False, "hold a Lease and serve /filter and /bind only while leading")
     leader_follow: bool = setting(
         False,
@@ -58,6 +60,10 @@ class ExtenderSettings(BusSettings, GrantSettings):
     sync_wait: float = setting(5.0, "seconds a request waits for the caches' first sync")
     node_pass_interval: float = setting(15.0, "seconds between passes that judge node handshakes again (HAMi: 15)")
     publish_timeout: float = setting(2.0, "seconds a placement publish to NATS may take")
+    placement_replicas: int = setting(1, "copies of the placement stream a NATS cluster keeps (3 for 3 servers)")
+    role_label: bool = setting(
+        False, "label this pod (the identity, in the lease namespace) hami.io/scheduler-role=leader|follower"
+    )
 
     def kube(self) -> KubeSettings:
         return KubeSettings(
@@ -71,13 +77,17 @@ class ExtenderSettings(BusSettings, GrantSettings):
         return SchedulerDefaults(
             node_policy=self.node_scheduler_policy,
             gpu_policy=self.gpu_scheduler_policy,
-            memory_factor=self.memory_factor,
+            memory_factor=self.resource_config().memory_factor,
         )
 
     def resource_config(self) -> ResourceConfig:
-        return ResourceConfig(
-            memory_factor=self.memory_factor, default_memory=self.default_memory, default_cores=self.default_cores
-        )
+        """The device config's resource names and nvidia knobs, with every flag that was given on top."""
+        flags = {
+            "memory_factor": self.memory_factor,
+            "default_memory": self.default_memory,
+            "default_cores": self.default_cores,
+        }
+        return overridden(self.device_config().resources, flags)
 
     def candidate(self) -> str:
         return self.identity or socket.gethostname()
