@@ -128,3 +128,19 @@ def test_k3s_scheduler_manages_the_same_resources_as_the_cluster_scheduler(compo
     (local_extender,) = local["extenders"]
     for key in ("managedResources", "filterVerb", "bindVerb", "preemptVerb", "nodeCacheCapable", "httpTimeout"):
         assert local_extender[key] == cluster_extender[key], key
+
+
+# Compose v1 (docker-compose 1.29, Debian's) accepts these top-level keys and extension fields only; it
+# refuses "name", which v2 allows. Both read COMPOSE_PROJECT_NAME from .env beside the file.
+COMPOSE_V1_TOP_LEVEL: Final = frozenset({"version", "services", "networks", "volumes", "secrets", "configs"})
+
+
+def test_compose_file_is_also_valid_for_compose_v1_and_names_the_project_in_env(compose: dict[str, Any]) -> None:
+    unknown = {key for key in compose if key not in COMPOSE_V1_TOP_LEVEL and not key.startswith("x-")}
+    assert unknown == set(), f"Compose v1 refuses top-level {sorted(unknown)}"
+    env = dict(
+        line.split("=", 1)
+        for line in (REPO_ROOT / ".env").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    )
+    assert env["COMPOSE_PROJECT_NAME"] == "hami"
