@@ -167,6 +167,25 @@ async def test_failed_bind_releases_the_hold_and_the_reservation(emulator: KubeA
     assert extender.state["ledger"].booking(pod["metadata"]["uid"]) is None
 
 
+async def test_a_hold_left_by_a_bind_of_unknown_outcome_ends_when_the_pod_binds_elsewhere(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    """A Binding whose answer was lost (apiserver restart) keeps the pod's hold on that node, as the pod may be
+    bound there. When kube-scheduler retries the pod and binds it to another node, the first node is freed at
+    once, not after HAMi's 5-minute expiry (which stalled every other bind to it)."""
+    add_node(emulator, "node1")
+    add_node(emulator, "node2")
+    await eventually(lambda: "node1" in extender.state["ledger"] and "node2" in extender.state["ledger"])
+    handoff = extender.state["binder"].handoff
+    pod = await placed(emulator, extender, "p1", "node2")
+    await handoff.acquire("node1", pod["metadata"]["uid"], "default", "p1", 1, 1.0)  # the doubtful bind's hold
+    assert await extender.bind(pod, "node2") == {"Error": ""}
+    assert handoff.holder("node1") is None
+    assert handoff.holder("node2").uid == pod["metadata"]["uid"]
+    other = await placed(emulator, extender, "p2", "node1")
+    assert await asyncio.wait_for(extender.bind(other, "node1"), 5) == {"Error": ""}
+
+
 async def test_filter_undoes_its_reservation_when_the_patch_fails(emulator: KubeApiEmulator, extender: Served) -> None:
     add_node(emulator, "node1")
     await eventually(lambda: "node1" in extender.state["ledger"])

@@ -150,3 +150,41 @@ async def test_the_example_preempts_three_batch_pods_for_the_urgent_one(
         assert len([p for p in pods if p.metadata.name.startswith("batch-")]) == 10 - 3
         preempted = await cluster.kube.list_events("default", field_selector="reason=Preempted")
         assert len({e.involved_object.name for e in preempted}) == 3
+
+
+@pytest.mark.timeout(300)
+async def test_a_pod_a_disruption_budget_protects_is_spared_when_another_victim_works(
+    k8s: K8sBinaries, tmp_path: Path, sockdir: Path
+) -> None:
+    """Two equally cheap victims of 3500 MiB on a full card; a PodDisruptionBudget (no disruption allowed: no
+    controller updates it here, so it allows none) guards one of them: the other goes."""
+    del k8s
+    config = dataclasses.replace(
+        real_config(tmp_path, sockdir, nodes=1), gpus_per_node=1, gpu_memory_mib=CARD_MIB, split_count=3
+    )
+    async with LocalCluster(config) as cluster:
+        for name, value in ((LOW, 10), (HIGH, 1000)):
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            cluster.api.create("scheduling.k8s.io", "v1", "priorityclasses", None, {**body, "value": value})
+        budget = {
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": {"name": "keep-guarded"},
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "guarded"}}},
+        }
+        cluster.api.create("policy", "v1", "poddisruptionbudgets", "default", budget)
+        low = {}
+        for name, mem in (("guarded", 3500), ("other", 3500), ("small", 500)):
+            pod = _with_priority(gpu_pod(name, mem=mem), LOW)
+            if name == "guarded":
+                pod["metadata"]["labels"] = {"app": "guarded"}
+            created = await cluster.submit(pod)
+            low[created["metadata"]["uid"]] = name
+        async with asyncio.timeout(120):
+            await cluster.wait_admitted(low)
+        urgent = await cluster.submit(_with_priority(gpu_pod("urgent", mem=3500), HIGH))
+        async with asyncio.timeout(150):
+            admitted = (await cluster.wait_admitted({urgent["metadata"]["uid"]}))[urgent["metadata"]["uid"]]
+        assert admitted.admission.ok, admitted.admission
+        pods, _ = await cluster.kube.list_pods("default")
+        assert {p.metadata.name for p in pods} == {"guarded", "small", "urgent"}

@@ -273,6 +273,9 @@ class Binder:
             raise Conflict(f"pod {meta.namespace}/{meta.name} asks for GPUs but holds none: filter it first")
         if booking is not None and booking.node != node:
             raise Conflict(f"pod {meta.namespace}/{meta.name} was filtered to {booking.node}, not {node}")
+        stale = self.handoff.elsewhere(meta.uid, node)
+        if stale is not None:  # an earlier bind to another node ended in doubt; this one decides
+            self._end_hold(meta.uid)
         if booking is not None and any(booking.grants[booking.init_count :]):
             expected = sum(1 for g in booking.grants if g)
             waited = time.perf_counter_ns()

@@ -72,6 +72,13 @@ class NodeHandoff:
             del self._by_pod[hold.uid]
         hold.released.set()
 
+    def elsewhere(self, uid: str, node: str) -> Hold | None:
+        """The pod's hold on another node than ``node``, if any: a pod binds to one node only, so a bind to
+        ``node`` means that hold (left by a bind whose outcome was unknown) will never be served."""
+        held = self._by_pod.get(uid)
+        hold = self._holds.get(held) if held is not None and held != node else None
+        return hold if hold is not None and hold.uid == uid else None
+
     def release(self, uid: str) -> Hold | None:
         """End the pod's hold, wherever it is; returns it (None when the pod held nothing)."""
         node = self._by_pod.get(uid)
