@@ -222,6 +222,9 @@ def _wait_ready(up: subprocess.Popen[str]) -> str:
     pytest.fail(f"hami up ended early: {''.join(seen)} {up.stderr.read() if up.stderr else ''}")
 
 
+STOP_S = 120.0  # a loaded machine (the whole suite on 2 cores) has taken over 60 s once; alone it takes ~1 s
+
+
 @pytest.fixture
 def two_stacks(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str]]]:
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default run folders go under this test's folder
@@ -234,7 +237,13 @@ def two_stacks(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], subproce
         for up in ups:
             if up.poll() is None:
                 os.killpg(up.pid, signal.SIGINT)
-                up.communicate(timeout=60)
+                try:
+                    up.communicate(timeout=STOP_S)
+                except subprocess.TimeoutExpired:
+                    os.killpg(up.pid, signal.SIGKILL)
+                    out, _ = up.communicate()
+                    logs = "\n".join(p.read_text()[-3000:] for p in tmp_path.glob("hami-up-*/*/hami-up.log"))
+                    raise AssertionError(f"hami up did not stop within {STOP_S:.0f} s:\n{out}\n{logs}") from None
 
 
 @pytest.mark.timeout(240)
