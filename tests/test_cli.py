@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import os
 import signal
@@ -375,3 +376,30 @@ def test_submit_applies_every_kind_it_can_and_reports_each_object(tmp_path: Path
     assert "deployment/web skipped: apps/v1 Deployment is not served by this stack's apiserver" in done.stderr
     assert quota.status_code == pod.status_code == pdb.status_code == 200
     assert "hami.io/trace-context" in pod.json()["metadata"]["annotations"]  # it went through the webhook
+
+
+async def test_a_task_that_ignores_its_cancellation_is_named_instead_of_hanging_the_stop() -> None:
+    """Once every service has stopped, hami up cancels what is left; a task that swallows its cancellation (as
+    one did once under load, leaving a hami up that never exited) is reported by name, and the stop goes on."""
+    from hami_cli.up import end_stragglers
+
+    async def polite() -> None:
+        await asyncio.Event().wait()
+
+    release = asyncio.Event()
+
+    async def stubborn() -> None:
+        while not release.is_set():
+            try:
+                await asyncio.sleep(3600)
+            except asyncio.CancelledError:
+                continue  # the bug: a retry loop that treats a stop as one more failure
+
+    tasks = [asyncio.create_task(polite(), name="polite"), asyncio.create_task(stubborn(), name="stubborn")]
+    await asyncio.sleep(0)
+    stuck = await end_stragglers(0.5)
+    assert [name.split(" ")[0] for name in stuck] == ["stubborn"]
+    assert tasks[0].cancelled()
+    release.set()
+    tasks[1].cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

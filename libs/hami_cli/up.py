@@ -45,6 +45,8 @@ log = logging.getLogger(__name__)
 METRICS_PORT: Final = 31993  # HAMi's monitor port
 CTRL_C_POLL_S: Final = 0.2  # how often the Ctrl-C watcher checks whether the stack has stopped
 TRACE_FLUSH_S: Final = 1.0  # the longest the stop waits for an OTLP collector
+STRAGGLER_S: Final = 10.0  # the longest the stop waits for tasks left once every service has stopped
+EXIT_STUCK: Final = 70  # EX_SOFTWARE: stopped, but a task ignored its cancellation
 HAMI: Final = "`./hami"  # how the README runs it from the checkout
 SETTLE_S: Final = 30.0  # how long the demo waits for its examples to land before printing
 
@@ -227,6 +229,31 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         await cluster.close()
         shutil.rmtree(sockdir, ignore_errors=True)
         watching.set()
+        stuck = await end_stragglers(STRAGGLER_S)
+        if stuck:
+            # asyncio.run would wait for them for ever: say which, and leave (everything else has stopped)
+            print(f"hami up: {len(stuck)} task(s) did not stop when cancelled: {', '.join(stuck)}", flush=True)
+            log.error("tasks that did not stop when cancelled: %s", ", ".join(stuck))
+            logging.shutdown()
+            os._exit(EXIT_STUCK)
+
+
+async def end_stragglers(timeout: float) -> list[str]:
+    """Cancel every task left but this one and wait up to ``timeout`` s; the names of those still running
+    (each with where it waits), which a task that swallows its cancellation would be."""
+    current = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
+    for task in rest:
+        task.cancel()
+    if not rest:
+        return []
+    _, pending = await asyncio.wait(rest, timeout=timeout)
+    return sorted(f"{t.get_name()} ({_where(t)})" for t in pending)
+
+
+def _where(task: asyncio.Task[Any]) -> str:
+    frames = task.get_stack(limit=1)
+    return f"{frames[0].f_code.co_filename}:{frames[0].f_lineno}" if frames else "?"
 
 
 def _real_access(cluster: LocalCluster) -> dict[str, Any]:
