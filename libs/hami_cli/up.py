@@ -238,8 +238,8 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             os._exit(EXIT_STUCK)
 
 
-async def end_stragglers(timeout: float) -> list[str]:
-    """Cancel every task left but this one and wait up to ``timeout`` s; the names of those still running
+async def end_stragglers(grace_s: float) -> list[str]:
+    """Cancel every task left but this one and wait up to ``grace_s``; the names of those still running
     (each with where it waits), which a task that swallows its cancellation would be."""
     current = asyncio.current_task()
     rest = [t for t in asyncio.all_tasks() if t is not current and not t.done()]
@@ -247,7 +247,7 @@ async def end_stragglers(timeout: float) -> list[str]:
         task.cancel()
     if not rest:
         return []
-    _, pending = await asyncio.wait(rest, timeout=timeout)
+    _, pending = await asyncio.wait(rest, timeout=grace_s)
     return sorted(f"{t.get_name()} ({_where(t)})" for t in pending)
 
 
