@@ -19,13 +19,12 @@ from hami_common.annotations import (
     NODE_REGISTER,
     ContainerDevice,
     decode_node_devices,
-    decode_pod_devices,
 )
 from hami_common.errors import AnnotationError
 from hami_common.kube import Event, Node, Pod
 from hami_common.scheduling.policy import DEFAULT_SCHEDULER_NAME
 from hami_metrics.families import HOST_MEMORY_USED, HOST_UTILIZATION
-from hami_sim.stack.report import pending_reasons, render_table
+from hami_sim.stack.report import allocated_devices, pending_reasons, render_table, short_uuid
 
 __all__ = ["GpuRow", "Overview", "PodRow", "build_overview", "parse_usage", "render_overview"]
 
@@ -85,13 +84,6 @@ def parse_usage(text: str) -> Usage:
     return Usage(memory, util)
 
 
-def _devices(pod: Pod) -> tuple[tuple[ContainerDevice, ...], ...]:
-    try:
-        return decode_pod_devices(pod.metadata.annotations.get(DEVICES_ALLOCATED, ""), DEVICES_ALLOCATED)
-    except AnnotationError:
-        return ()
-
-
 def _is_gpu_pod(pod: Pod) -> bool:
     if pod.status.phase in _FINISHED:
         return False
@@ -116,7 +108,7 @@ def build_overview(
     rows = []
     for pod in mine:
         name = f"{pod.metadata.namespace}/{pod.metadata.name}"
-        granted = [dev for container in _devices(pod) for dev in container]
+        granted = [dev for container in allocated_devices(pod) for dev in container]
         if pod.spec.node_name:
             for dev in granted:
                 holders.setdefault(dev.uuid, []).append((name, dev))
@@ -159,14 +151,10 @@ GPU_HEADERS = ("NODE", "GPU", "TYPE", "MEMORY BOOKED", "MEMORY USED", "CORES BOO
 POD_HEADERS = ("POD", "NODE", "DEVICES", "STATE")
 
 
-def _short(uuid: str) -> str:
-    return uuid[:12]
-
-
 def _gpu_cells(row: GpuRow) -> Sequence[str]:
     return (
         row.node,
-        _short(row.uuid),
+        short_uuid(row.uuid),
         row.type,
         f"{row.memory_booked_mib}/{row.memory_mib} MiB",
         "-" if row.memory_used_mib is None else f"{row.memory_used_mib} MiB",
@@ -178,7 +166,7 @@ def _gpu_cells(row: GpuRow) -> Sequence[str]:
 
 
 def _pod_cells(row: PodRow) -> Sequence[str]:
-    devices = " ".join(_short(d.split("(", 1)[0]) + "(" + d.split("(", 1)[1] for d in row.devices) or "-"
+    devices = " ".join(short_uuid(d.split("(", 1)[0]) + "(" + d.split("(", 1)[1] for d in row.devices) or "-"
     state = f"{row.state}: {row.reason}" if row.reason else row.state
     return (row.pod, row.node or "-", devices, state)
 

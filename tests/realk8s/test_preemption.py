@@ -11,6 +11,7 @@ on the card, which kube-scheduler cannot see.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -32,16 +33,27 @@ LOW, HIGH = "gpu-low", "gpu-high"
 Json = dict[str, Any]
 
 
+LOWEST = "gpu-lowest"
+PRIORITY_CLASSES = {LOWEST: 5, LOW: 10, HIGH: 1000}
+
+
+@contextlib.asynccontextmanager
+async def _card_cluster(tmp_path: Path, sockdir: Path, split_count: int) -> AsyncIterator[LocalCluster]:
+    """One node with one CARD_MIB card split ``split_count`` ways, and the PriorityClasses of these tests."""
+    config = dataclasses.replace(
+        real_config(tmp_path, sockdir, nodes=1), gpus_per_node=1, gpu_memory_mib=CARD_MIB, split_count=split_count
+    )
+    async with LocalCluster(config) as cluster:
+        for name, value in PRIORITY_CLASSES.items():
+            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
+            cluster.api.create("scheduling.k8s.io", "v1", "priorityclasses", None, {**body, "value": value})
+        yield cluster
+
+
 @pytest.fixture
 async def one_card(k8s: K8sBinaries, tmp_path: Path, sockdir: Path) -> AsyncIterator[LocalCluster]:
     del k8s
-    config = dataclasses.replace(
-        real_config(tmp_path, sockdir, nodes=1), gpus_per_node=1, gpu_memory_mib=CARD_MIB, split_count=4
-    )
-    async with LocalCluster(config) as cluster:
-        for name, value in ((LOW, 10), (HIGH, 1000)):
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
-            cluster.api.create("scheduling.k8s.io", "v1", "priorityclasses", None, {**body, "value": value})
+    async with _card_cluster(tmp_path, sockdir, split_count=4) as cluster:
         yield cluster
 
 
@@ -156,16 +168,11 @@ async def test_the_example_preempts_three_batch_pods_for_the_urgent_one(
 async def test_a_pod_a_disruption_budget_protects_is_spared_when_another_victim_works(
     k8s: K8sBinaries, tmp_path: Path, sockdir: Path
 ) -> None:
-    """Two equally cheap victims of 3500 MiB on a full card; a PodDisruptionBudget (no disruption allowed: no
-    controller updates it here, so it allows none) guards one of them: the other goes."""
+    """Two victims of 3500 MiB on a full card. The guarded one is the less important (it would be chosen
+    without its budget); a PodDisruptionBudget allowing no disruption (no controller updates it here) guards
+    it, so the other goes."""
     del k8s
-    config = dataclasses.replace(
-        real_config(tmp_path, sockdir, nodes=1), gpus_per_node=1, gpu_memory_mib=CARD_MIB, split_count=3
-    )
-    async with LocalCluster(config) as cluster:
-        for name, value in ((LOW, 10), (HIGH, 1000)):
-            body = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name}}
-            cluster.api.create("scheduling.k8s.io", "v1", "priorityclasses", None, {**body, "value": value})
+    async with _card_cluster(tmp_path, sockdir, split_count=3) as cluster:
         budget = {
             "apiVersion": "policy/v1",
             "kind": "PodDisruptionBudget",
@@ -174,8 +181,8 @@ async def test_a_pod_a_disruption_budget_protects_is_spared_when_another_victim_
         }
         cluster.api.create("policy", "v1", "poddisruptionbudgets", "default", budget)
         low = {}
-        for name, mem in (("guarded", 3500), ("other", 3500), ("small", 500)):
-            pod = _with_priority(gpu_pod(name, mem=mem), LOW)
+        for name, mem, priority in (("guarded", 3500, LOWEST), ("other", 3500, LOW), ("small", 500, LOW)):
+            pod = _with_priority(gpu_pod(name, mem=mem), priority)
             if name == "guarded":
                 pod["metadata"]["labels"] = {"app": "guarded"}
             created = await cluster.submit(pod)

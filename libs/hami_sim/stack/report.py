@@ -19,7 +19,15 @@ from hami_common.errors import AnnotationError
 from hami_common.kube import Event, Node, Pod
 from hami_sim.scheduler import FAILED_SCHEDULING
 
-__all__ = ["FAILED_SCHEDULING", "pending_reasons", "placement_rows", "render_table", "status_rows"]
+__all__ = [
+    "FAILED_SCHEDULING",
+    "allocated_devices",
+    "pending_reasons",
+    "placement_rows",
+    "render_table",
+    "short_uuid",
+    "status_rows",
+]
 
 PENDING = "Pending"
 
@@ -43,14 +51,14 @@ def render_table(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
     return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip() for line in lines)
 
 
-def _devices(pod: Pod) -> tuple[tuple[ContainerDevice, ...], ...]:
+def allocated_devices(pod: Pod) -> tuple[tuple[ContainerDevice, ...], ...]:
     try:
         return decode_pod_devices(pod.metadata.annotations.get(DEVICES_ALLOCATED, ""), DEVICES_ALLOCATED)
     except AnnotationError:
         return ()
 
 
-def _short(uuid: str) -> str:
+def short_uuid(uuid: str) -> str:
     return uuid[:12]
 
 
@@ -58,7 +66,11 @@ def placement_rows(pods: Iterable[Pod], reasons: dict[str, str] | None = None) -
     """(pod, node, devices, state) per pod; ``reasons`` (uid -> why) explains pods that are still pending."""
     rows = []
     for pod in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name)):
-        grants = [f"{_short(d.uuid)}({d.usedmem}MiB,{d.usedcores}%)" for container in _devices(pod) for d in container]
+        grants = [
+            f"{short_uuid(d.uuid)}({d.usedmem}MiB,{d.usedcores}%)"
+            for container in allocated_devices(pod)
+            for d in container
+        ]
         if pod.spec.node_name:
             state = pod.metadata.annotations.get(BIND_PHASE, "bound")
         else:
@@ -75,7 +87,7 @@ def status_rows(nodes: Iterable[Node], pods: Iterable[Pod]) -> list[tuple[str, s
     for pod in pods:
         if not pod.spec.node_name:
             continue
-        for container in _devices(pod):
+        for container in allocated_devices(pod):
             for dev in container:
                 users.setdefault(dev.uuid, []).append((pod.metadata.name, dev))
     rows = []
@@ -91,7 +103,7 @@ def status_rows(nodes: Iterable[Node], pods: Iterable[Pod]) -> list[tuple[str, s
             rows.append(
                 (
                     node.metadata.name,
-                    _short(card.id),
+                    short_uuid(card.id),
                     card.type,
                     f"{mem}/{card.devmem} MiB",
                     f"{cores}%",
