@@ -12,6 +12,7 @@ from typing import Final, TypeAlias
 
 import msgspec
 
+from hami_common.annotations.mig import MigAllocation
 from hami_common.annotations.registration import DeviceInfo
 
 __all__ = [
@@ -89,6 +90,9 @@ class ContainerPlacement(msgspec.Struct, frozen=True, kw_only=True):
     init: bool = False
     devices: tuple[PlacedDevice, ...] = ()
     priority: int | None = None
+    # This container's hami.io/vgpu-mig-allocations entries (scheduler-written fields only): a MIG container's
+    # staged answer needs the profile and placement of each instance the device plugin will create.
+    mig: tuple[MigAllocation, ...] = ()
 
 
 class PlacementDecision(BusEvent, frozen=True, kw_only=True, tag="placement"):
@@ -123,6 +127,7 @@ class AllocationResult(BusEvent, frozen=True, kw_only=True, tag="allocated"):
     reason: str = ""
     at_ns: int
     allocate_ns: int | None = None  # how long the plugin took to answer, when it measures it
+    mig: tuple[MigAllocation, ...] = ()  # this container's MIG instances, with their runtime ids
 
 
 class NodeInventory(BusEvent, frozen=True, kw_only=True, tag="inventory"):

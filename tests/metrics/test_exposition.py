@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, generate_latest
 
+from hami_common.annotations import MigAllocation, MigPlacement
 from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
@@ -27,6 +28,16 @@ from hami_metrics.textformat import TextRenderer
 
 from .conftest import GPU_A, GPU_B, NODE, START_NS, container, inventory, parse, placement, series, usage
 
+MIG_INSTANCE = MigAllocation(
+    container_index=0,
+    device_index=0,
+    gpu_uuid=GPU_B,
+    profile="1g.10gb",
+    placement=MigPlacement(start=6, size=1),
+    mig_uuid="MIG-0b3c5d1e-7f80-5a2b-9c3d-4e5f60718293",
+    gpu_instance_id=13,
+    compute_instance_id=0,
+)
 BUILD = BuildInfo(version="0.1.0", revision="abc", build_date="2026-01-01")
 
 
@@ -38,12 +49,15 @@ def populated() -> ClusterState:
             placement("u1", container("init", (GPU_A, 500, 5), init=True), container("main", (GPU_A, 3000, 30))),
             filter_ns=2_000_000, bind_ns=9_000_000, handoff_wait_ns=4_000_000,
         ),
+        placement("u3", msgspec.structs.replace(container("mig", (GPU_B, 9856, 14)), mig=(MIG_INSTANCE,))),
         usage("u1", GPU_A, context_bytes=1, module_bytes=2, buffer_bytes=3, last_kernel_at_s=START_NS // 10**9 - 2),
         usage("u2", GPU_B),
         DeviceSample(node=NODE, device_uuid=GPU_A, index=0, name="A100", memory_used_bytes=7, at_ns=START_NS),
         AdmissionEvent(pod_uid="u1", namespace="team-a", name="p", allowed=True, gpu_containers=1, at_ns=START_NS),
         AllocationResult(pod_uid="u1", namespace="team-a", name="p", node=NODE, container="main", ok=True,
                          staged=False, at_ns=START_NS + 10**8, allocate_ns=30_000_000),
+        AllocationResult(pod_uid="u3", namespace="team-a", name="pod-u3", node=NODE, container="mig", ok=True,
+                         staged=True, at_ns=START_NS, mig=(MIG_INSTANCE,)),
         QuotaUsage(namespace="team-a", resources=(QuotaResource(name="nvidia.com/gpumem", used=3000, limit=8000),),
                    at_ns=START_NS),
     ]  # fmt: skip

@@ -120,12 +120,15 @@ def collect(state: ClusterState, scrape: Scrape) -> list[AnyFamily]:
     out.append(_host_group(state, legacy))
     out.append(_container_group(state, legacy))
     out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
+    mig = _mig_families(state)
+    out += mig
     quota = _quota_families(state)
     out += quota
     if legacy:
         out += _legacy(device)
         out.append(_last_kernel(state, fam.CONTAINER_LAST_KERNEL.legacy() or fam.CONTAINER_LAST_KERNEL, scrape.now_ns))
         out += _legacy(quota)
+        out += _legacy(mig)
     out += _path_families(state, scrape)
     return out
 
@@ -267,6 +270,25 @@ def _last_kernel(state: ClusterState, spec: FamilySpec, now_ns: int) -> Family:
                 family.series.append(u.series)
                 family.values.append(max(now_s - u.last_kernel_at_s, 0))
     return family
+
+
+def _mig_families(state: ClusterState) -> list[Family]:
+    """Each runtime-ready MIG instance once per node (its card, profile and placement) and once per
+    container that holds it (HAMi's ``hami_node_gpu_mig_instance_info`` and ``hami_mig_device_info``)."""
+    instances: list[tuple[Series, Value]] = []
+    devices: list[tuple[Series, Value]] = []
+    for node in state.nodes.values():
+        index = {dev.uuid: str(dev.index) for dev in node.devices}
+        for pod in node.pods.values():
+            for m in pod.mig:
+                if not m.realised:
+                    continue
+                ids = (m.mig_uuid or "", m.profile, str(m.gpu_instance_id), str(m.compute_instance_id))
+                place = (str(m.placement.start), str(m.placement.size))
+                instances.append(((node.name, m.gpu_uuid, index.get(m.gpu_uuid, ""), *ids, *place), 1))
+                ctr = pod.containers[m.container_index] if m.container_index < len(pod.containers) else ""
+                devices.append(((pod.namespace, pod.name, ctr, str(m.device_index), m.gpu_uuid, *ids), 1))
+    return [_family(fam.NODE_GPU_MIG_INSTANCE, instances), _family(fam.MIG_DEVICE, devices)]
 
 
 def _quota_families(state: ClusterState) -> list[Family]:

@@ -65,6 +65,14 @@ _HOST: Final = ("node", "device_index", "device_uuid", "device_type")
 _LEGACY_HOST: Final = ("nodeid", "deviceidx", "deviceuuid", "devicetype")
 _CONTAINER: Final = ("namespace", "pod", "container", "vdevice_index", "device_uuid")
 _LEGACY_CONTAINER: Final = ("podnamespace", "podname", "ctrname", "vdeviceid", "deviceuuid")
+_MIG_IDS: Final = ("mig_uuid", "profile", "gpu_instance_id", "compute_instance_id")
+_MIG_NODE: Final = ("node", "device_uuid", "device_index", *_MIG_IDS, "placement_start", "placement_size")
+_LEGACY_MIG_NODE: Final = (
+    "nodeid", "deviceuuid", "deviceidx", "mig_uuid", "migname", "gpu_instance_id", "compute_instance_id",
+    "placement_start", "placement_size",
+)  # fmt: skip
+_MIG_CONTAINER: Final = (*_CONTAINER, *_MIG_IDS)
+_LEGACY_MIG_CONTAINER: Final = (*_LEGACY_CONTAINER, "mig_uuid", "migname", "gpu_instance_id", "compute_instance_id")
 
 # --- HAMi scheduler (hami-protocol §6.1) ------------------------------------------------------------------
 BUILD_INFO: Final = FamilySpec(
@@ -111,6 +119,13 @@ VGPU_CORE_ALLOCATED: Final = FamilySpec(
     legacy_name="vGPUCoreAllocated", legacy_labels=_LEGACY_POD_DEVICE,
 )  # fmt: skip
 
+# HAMi gives no label list for its legacy MIG twins beyond the shared vocabulary (nodeid, deviceuuid,
+# deviceidx, migname): those are used where they apply and the rest keep their current names.
+NODE_GPU_MIG_INSTANCE: Final = FamilySpec(
+    "hami_node_gpu_mig_instance_info", "MIG instance on a certain GPU (runtime-ready reservations only)",
+    Kind.GAUGE, _MIG_NODE, legacy_name="nodeGPUMigInstance", legacy_labels=_LEGACY_MIG_NODE,
+)  # fmt: skip
+
 # --- HAMi vGPU monitor (hami-protocol §6.2) ---------------------------------------------------------------
 HOST_MEMORY_USED: Final = FamilySpec(
     "hami_host_gpu_memory_used_bytes", "GPU device memory usage in bytes", Kind.GAUGE, _HOST,
@@ -131,6 +146,10 @@ VGPU_MEMORY_USED: Final = FamilySpec(
 VGPU_MEMORY_LIMIT: Final = FamilySpec(
     "hami_vgpu_memory_limit_bytes", "vGPU device memory limit in bytes", Kind.GAUGE, _CONTAINER,
     legacy_name="vGPU_device_memory_limit_in_bytes", legacy_labels=_LEGACY_CONTAINER,
+)  # fmt: skip
+MIG_DEVICE: Final = FamilySpec(
+    "hami_mig_device_info", "MIG device assigned to a container", Kind.GAUGE, _MIG_CONTAINER,
+    legacy_name="MigInfo", legacy_labels=_LEGACY_MIG_CONTAINER,
 )  # fmt: skip
 CONTAINER_MEMORY: Final = FamilySpec(
     "hami_container_device_memory_bytes", "Container device memory usage in bytes", Kind.GAUGE, _CONTAINER,

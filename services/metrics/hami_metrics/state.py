@@ -23,11 +23,11 @@ remembered for ``node_staleness`` so that a late sample does not bring it back.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final, TypeAlias
 
-from hami_common.annotations import DeviceInfo
+from hami_common.annotations import DeviceInfo, MigAllocation
 from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
@@ -118,6 +118,9 @@ class PodOnNode:
     devices: tuple[PodDevice, ...]  # collapsed, sorted by uuid
     ordinals: Mapping[tuple[str, str], int]  # (container, device uuid) -> the device's index in the container
     bind_time_ns: int
+    containers: tuple[str, ...] = ()  # container names in the placement's order, which MIG indices follow
+    # MIG reservations: runtime ids once the allocator reports them or the node agent's roster carries them
+    mig: tuple[MigAllocation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -327,7 +330,21 @@ def _pod(ev: PlacementDecision) -> PodOnNode:
         ),
         ordinals={(c.name, d.uuid): i for c in ev.containers for i, d in enumerate(c.devices)},
         bind_time_ns=ev.bind_time_ns,
+        containers=tuple(c.name for c in ev.containers),
+        mig=tuple(m for c in ev.containers for m in c.mig),
     )
+
+
+def merge_mig(known: Sequence[MigAllocation], news: Sequence[MigAllocation]) -> tuple[MigAllocation, ...]:
+    """``known`` with each reservation replaced by its counterpart in ``news`` (same container and device
+    index); a realised entry is never replaced by an unrealised one, whichever message arrives first."""
+    fresh = {(m.container_index, m.device_index): m for m in news}
+    out = []
+    for m in known:
+        new = fresh.pop((m.container_index, m.device_index), None)
+        out.append(new if new is not None and (new.realised or not m.realised) else m)
+    out.extend(fresh.values())
+    return tuple(out)
 
 
 def _on_node_pods(state: ClusterState, ev: NodePods, now_ns: int) -> ClusterState:
@@ -339,7 +356,11 @@ def _on_node_pods(state: ClusterState, ev: NodePods, now_ns: int) -> ClusterStat
     for uid, placement in listed.items():
         known = node.pods.get(uid)  # keep the known value while unchanged: its series and cached lines stay
         same = known is not None and known.bind_time_ns == placement.bind_time_ns
-        pods[uid] = known if same and known is not None else _pod(placement)
+        if same and known is not None:
+            mig = merge_mig(known.mig, [m for c in placement.containers for m in c.mig])
+            pods[uid] = known if mig == known.mig else replace(known, mig=mig)
+        else:
+            pods[uid] = _pod(placement)
     gone = node.pods.keys() - listed.keys()
     ended = {uid: at for uid, at in node.ended.items() if uid not in listed}
     ended.update((uid, now_ns) for uid in gone)
@@ -351,6 +372,8 @@ def _on_node_pods(state: ClusterState, ev: NodePods, now_ns: int) -> ClusterStat
 def _on_allocation(state: ClusterState, ev: AllocationResult, now_ns: int) -> ClusterState:
     node = _seen(state, ev.node, now_ns)
     pod = node.pods.get(ev.pod_uid)
+    if pod is not None and ev.mig:
+        node = replace(node, pods={**node.pods, ev.pod_uid: replace(pod, mig=merge_mig(pod.mig, ev.mig))})
     return _with_node(state, node, on_allocation(state.path, ev, None if pod is None else pod.bind_time_ns, now_ns))
 
 
