@@ -33,6 +33,7 @@ class Slot:
     status: int
     total: tuple[int, ...]  # used[d].total
     data_size: tuple[int, ...]
+    context_size: tuple[int, ...]  # used[d].context_size: HAMi's context field
     sm_util: tuple[int, ...]
 
 
@@ -74,6 +75,7 @@ def _slot(data: bytes, index: int) -> Slot:
         status=struct.unpack_from("<i", data, base + 1928)[0],
         total=tuple(_u64s(data, used + 64 * d + 32, 1)[0] for d in range(16)),
         data_size=tuple(_u64s(data, used + 64 * d + 16, 1)[0] for d in range(16)),
+        context_size=tuple(_u64s(data, used + 64 * d, 1)[0] for d in range(16)),
         sm_util=tuple(_u64s(data, base + 1160 + 48 * d + 16, 1)[0] for d in range(16)),
     )
 

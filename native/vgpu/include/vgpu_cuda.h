@@ -64,6 +64,8 @@ typedef struct CUmipmappedArray_st *CUmipmappedArray;
 typedef struct CUmemPoolHandle_st *CUmemoryPool;
 typedef struct CUlaunchAttribute_st CUlaunchAttribute;
 typedef struct CUgraphExec_st *CUgraphExec;
+typedef struct CUexecAffinityParam_st CUexecAffinityParam; /* only passed through */
+typedef struct CUctxCreateParams_st CUctxCreateParams;     /* only passed through */
 typedef int CUdevice_attribute;
 typedef int CUarray_format;
 typedef int CUmemAllocationType;
@@ -161,6 +163,11 @@ CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev);
 CUresult cuCtxGetCurrent(CUcontext *pctx);
 CUresult cuCtxSetCurrent(CUcontext ctx);
 CUresult cuCtxGetDevice(CUdevice *device);
+CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams, unsigned int flags,
+                        CUdevice dev);
+CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *ctxCreateParams, unsigned int flags, CUdevice dev);
+CUresult cuCtxDestroy_v2(CUcontext ctx);
 CUresult cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags);
 CUresult cuGetProcAddress_v2(const char *symbol, void **pfn, int cudaVersion, cuuint64_t flags,
                              CUdriverProcAddressQueryResult *symbolStatus);

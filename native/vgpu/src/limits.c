@@ -5,7 +5,8 @@
  * ignored, so neither a scrubbed nor an extended environment can loosen what the file says. The keys
  * that decide how the SM limit and the monitor's blocking apply (GPU_CORE_UTILIZATION_POLICY) and who is
  * blocked (CUDA_TASK_PRIORITY) are pinned: when a file exists, the environment never sets them, and the
- * file's silence means the default. A file that exists but cannot be read, or gives a memory limit that
+ * file's silence means the default. So is VGPU_CONTEXT_MEMORY, whose "ignore" would hand a container
+ * the memory its contexts hold on top of its limit. A file that exists but cannot be read, or gives a memory limit that
  * is not a size, grants no GPU memory: a broken file must never read as "no limit".
  * Other garbage values are reported once (config is loaded once per process) and treated as if the key
  * were absent; README.md documents the resulting fallbacks.
@@ -260,6 +261,14 @@ static void load_misc(const struct settings *st, struct vgpu_config *cfg) {
         cfg->policy = VGPU_POLICY_DISABLE;
     else if (v && *v && strcasecmp(v, "default") != 0)
         vgpu_log(VGPU_LOG_WARN, "ignoring GPU_CORE_UTILIZATION_POLICY=\"%s\"; using default", v);
+
+    /* Pinned: "ignore" widens the slice by what the driver holds for the container's contexts. */
+    v = setting(st, "VGPU_CONTEXT_MEMORY", !st->file_present);
+    cfg->context_memory = VGPU_CONTEXT_CHARGE;
+    if (v && strcasecmp(v, "ignore") == 0)
+        cfg->context_memory = VGPU_CONTEXT_IGNORE;
+    else if (v && *v && strcasecmp(v, "charge") != 0)
+        vgpu_log(VGPU_LOG_WARN, "ignoring VGPU_CONTEXT_MEMORY=\"%s\": expected charge or ignore; using charge", v);
 
     v = setting(st, "CUDA_DEVICE_MEMORY_SHARED_CACHE", true);
     if (v && *v && strlen(v) < sizeof cfg->cache_path)

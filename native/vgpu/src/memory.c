@@ -17,6 +17,9 @@
  *
  * Invariant: every slot's total >= its committed bytes (a reservation adds to total before data_size, a
  * release takes from data_size before total), and they are equal when nothing is in flight.
+ *
+ * Contexts (context.c) go through the same reservation, committed to context_size instead of data_size:
+ * the monitor's context field, and part of the usage every limit check sums.
  */
 #include <sched.h>
 #include <time.h>
@@ -66,8 +69,13 @@ static uint64_t committed(const struct vgpu_device_memory *m) {
            __atomic_load_n(&m->data_size, __ATOMIC_SEQ_CST);
 }
 
-static void withdraw(struct vgpu_slot *s, int dev, uint64_t bytes) {
-    __atomic_fetch_sub(&s->used[dev].data_size, bytes, __ATOMIC_SEQ_CST);
+/* The committed bucket a charge lands in: allocations in data_size, contexts in context_size. */
+static uint64_t *bucket(struct vgpu_device_memory *m, bool context) {
+    return context ? &m->context_size : &m->data_size;
+}
+
+static void withdraw(struct vgpu_slot *s, int dev, uint64_t bytes, bool context) {
+    __atomic_fetch_sub(bucket(&s->used[dev], context), bytes, __ATOMIC_SEQ_CST);
     __atomic_fetch_sub(&s->used[dev].total, bytes, __ATOMIC_SEQ_CST);
 }
 
@@ -112,7 +120,7 @@ static uint64_t settled_usage(int dev) {
     return sum;
 }
 
-static bool reserve_slow(struct vgpu_slot *s, int dev, uint64_t bytes, uint64_t limit) {
+static bool reserve_slow(struct vgpu_slot *s, int dev, uint64_t bytes, uint64_t limit, bool context) {
     vgpu_cache_lock();
     vgpu_cache_reclaim_dead_locked();
     /* The decision flag (HAMi's unused sm_init_flag): from here no fast reservation commits. */
@@ -121,7 +129,7 @@ static bool reserve_slow(struct vgpu_slot *s, int dev, uint64_t bytes, uint64_t 
     bool ok = !__builtin_add_overflow(usage, bytes, &after) && after <= limit;
     if (ok) {
         __atomic_fetch_add(&s->used[dev].total, bytes, __ATOMIC_SEQ_CST);
-        __atomic_fetch_add(&s->used[dev].data_size, bytes, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(bucket(&s->used[dev], context), bytes, __ATOMIC_SEQ_CST);
     }
     __atomic_store_n(&vgpu_region->sm_init_flag, 0, __ATOMIC_SEQ_CST);
     vgpu_cache_unlock();
@@ -131,7 +139,7 @@ static bool reserve_slow(struct vgpu_slot *s, int dev, uint64_t bytes, uint64_t 
     return ok;
 }
 
-bool vgpu_mem_reserve(int dev, uint64_t bytes) {
+static bool reserve(int dev, uint64_t bytes, bool context) {
     struct vgpu_slot *s = my_slot();
     if (!s || dev < 0 || dev >= VGPU_MAX_DEVICES)
         return true; /* not accounted: device beyond the file's 16 or no slot */
@@ -140,17 +148,31 @@ bool vgpu_mem_reserve(int dev, uint64_t bytes) {
     __atomic_fetch_add(&m->total, bytes, __ATOMIC_SEQ_CST); /* reserve */
     if (limit == 0 || VGPU_LIKELY(__atomic_load_n(&vgpu_region->sm_init_flag, __ATOMIC_SEQ_CST) == 0 &&
                                   vgpu_mem_usage(dev) <= limit)) {
-        __atomic_fetch_add(&m->data_size, bytes, __ATOMIC_SEQ_CST); /* commit */
+        __atomic_fetch_add(bucket(m, context), bytes, __ATOMIC_SEQ_CST); /* commit */
         return true;
     }
     __atomic_fetch_sub(&m->total, bytes, __ATOMIC_SEQ_CST);
-    return reserve_slow(s, dev, bytes, limit);
+    return reserve_slow(s, dev, bytes, limit, context);
 }
 
-void vgpu_mem_release(int dev, uint64_t bytes) {
+static void release(int dev, uint64_t bytes, bool context) {
     struct vgpu_slot *s = my_slot();
     if (s && dev >= 0 && dev < VGPU_MAX_DEVICES)
-        withdraw(s, dev, bytes);
+        withdraw(s, dev, bytes, context);
+}
+
+bool vgpu_mem_reserve(int dev, uint64_t bytes) { return reserve(dev, bytes, false); }
+void vgpu_mem_release(int dev, uint64_t bytes) { release(dev, bytes, false); }
+bool vgpu_mem_reserve_context(int dev, uint64_t bytes) { return reserve(dev, bytes, true); }
+void vgpu_mem_release_context(int dev, uint64_t bytes) { release(dev, bytes, true); }
+
+/* What this process has been granted on dev (allocations and contexts): what the driver should be
+ * holding for it, less what the interposer does not see. */
+uint64_t vgpu_mem_granted(int dev) {
+    struct vgpu_slot *s = my_slot();
+    if (!s || dev < 0 || dev >= VGPU_MAX_DEVICES)
+        return 0;
+    return committed(&s->used[dev]);
 }
 
 /* What an application is shown: the slice, with free clamped at 0 (never a wrapped huge number) and

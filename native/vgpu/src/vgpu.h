@@ -42,11 +42,14 @@ void vgpu_log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 
 
 /* ---- limits.c ---- */
 enum vgpu_policy { VGPU_POLICY_DEFAULT = 0, VGPU_POLICY_FORCE = 1, VGPU_POLICY_DISABLE = 2 };
+/* VGPU_CONTEXT_MEMORY: charge what the driver holds for each context (HAMi-core, the default) or not. */
+enum vgpu_context_memory { VGPU_CONTEXT_CHARGE = 0, VGPU_CONTEXT_IGNORE = 1 };
 struct vgpu_config {
     uint64_t mem_limit[VGPU_MAX_DEVICES]; /* bytes, 0 = unlimited */
     uint64_t sm_limit[VGPU_MAX_DEVICES];  /* percent 1..100, 100 = no throttling */
     int priority;
     enum vgpu_policy policy;
+    enum vgpu_context_memory context_memory;
     char cache_path[512];
 };
 extern struct vgpu_config vgpu_config;
@@ -88,6 +91,9 @@ void vgpu_cache_unlock(void);
 extern uint64_t vgpu_limit[VGPU_MAX_DEVICES]; /* effective limit, 0 = unlimited */
 bool vgpu_mem_reserve(int dev, uint64_t bytes);
 void vgpu_mem_release(int dev, uint64_t bytes);
+bool vgpu_mem_reserve_context(int dev, uint64_t bytes); /* the slot's context field, same limit check */
+void vgpu_mem_release_context(int dev, uint64_t bytes);
+uint64_t vgpu_mem_granted(int dev); /* this process's committed bytes on dev */
 uint64_t vgpu_mem_usage(int dev);
 void vgpu_memory_setup(void);
 void vgpu_mem_view(int dev, uint64_t phys_free, uint64_t phys_total, uint64_t *free, uint64_t *total,

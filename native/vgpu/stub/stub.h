@@ -11,6 +11,11 @@
  *   VGPU_STUB_PID_OFFSET NVML reports host PID = pid + offset (a PID namespace), default 0
  *   VGPU_STUB_HIDE_PROCESS  1: NVML never lists this process
  *   VGPU_STUB_FAIL       "fnName=code,..." : those functions return that error code
+ *   VGPU_STUB_CONTEXT_SIZE  device memory each live context holds (k/m/g suffix), default 0: a retained
+ *                        primary context and every cuCtxCreate* context count once each in NVML's
+ *                        per-process usedGpuMemory and in the device's used memory, as on a real GPU
+ *   VGPU_STUB_LIST_AFTER_CONTEXT  1: NVML lists this process only while it holds a context (a real
+ *                        driver's behaviour); default 0 lists it from cuInit on
  */
 #ifndef VGPU_STUB_H
 #define VGPU_STUB_H
@@ -29,6 +34,8 @@ struct stub_config {
     int util_trace_len; /* 0 = model */
     int pid_offset;
     int hide_process;
+    uint64_t context_size;
+    int list_after_context;
 };
 
 const struct stub_config *stub_config(void);
@@ -36,5 +43,7 @@ int stub_injected_error(const char *fn); /* 0 = none */
 int stub_initialized(void);
 uint64_t stub_used_bytes(int dev);
 unsigned stub_util_percent(int dev); /* consumes one trace step / one model window */
+uint64_t stub_context_bytes(int dev);  /* what this process's live contexts hold on dev */
+int stub_context_count(void);         /* live contexts on every device */
 
 #endif

@@ -100,6 +100,9 @@ static void load_config(void) {
             p = *end == ',' ? end + 1 : end + strlen(end);
         }
     }
+    cfg.context_size = parse_size(knob("VGPU_STUB_CONTEXT_SIZE", buf, sizeof buf), 0);
+    v = knob("VGPU_STUB_LIST_AFTER_CONTEXT", buf, sizeof buf);
+    cfg.list_after_context = v ? atoi(v) : 0;
     v = knob("VGPU_STUB_FAIL", buf, sizeof buf);
     snprintf(fail_spec, sizeof fail_spec, "%s", v ? v : "");
     for (int d = 0; d < MAX_DEV; d++)
@@ -261,26 +264,153 @@ EXPORT CUresult cuDeviceGetUuid_v2(CUuuid *uuid, CUdevice dev) {
     return CUDA_SUCCESS;
 }
 
+/* ---- contexts: each live one holds VGPU_STUB_CONTEXT_SIZE of device memory ---- */
+
+/* Primary context of dev: handle 0x1000 + dev, alive while retained. A created context: handle
+ * CREATED_BASE + (serial << 8) + dev, alive until destroyed. */
+enum { CREATED_BASE = 0x100000, MAX_CREATED = 256 };
+static int primary_refs[MAX_DEV];
+static uintptr_t created[MAX_CREATED]; /* 0 = free entry */
+static unsigned created_serial;
+static __thread CUcontext current_ctx;
+
+static int primary_device(uintptr_t h) {
+    return (h >= 0x1000 && h < 0x1000 + (uintptr_t)cfg.devices) ? (int)(h - 0x1000) : -1;
+}
+
+static int created_index(uintptr_t h) {
+    for (int i = 0; h >= CREATED_BASE && i < MAX_CREATED; i++)
+        if (created[i] == h)
+            return i;
+    return -1;
+}
+
+/* The device of a live context, -1 for anything else. Caller holds mu. */
+static int ctx_device_locked(CUcontext ctx) {
+    uintptr_t h = (uintptr_t)ctx;
+    int d = primary_device(h);
+    if (d >= 0)
+        return primary_refs[d] > 0 ? d : -1;
+    return created_index(h) >= 0 ? (int)(h & 0xff) : -1;
+}
+
+uint64_t stub_context_bytes(int dev) {
+    const struct stub_config *c = stub_config();
+    if (dev < 0 || dev >= MAX_DEV)
+        return 0;
+    pthread_mutex_lock(&mu);
+    uint64_t n = primary_refs[dev] > 0;
+    for (int i = 0; i < MAX_CREATED; i++)
+        n += created[i] != 0 && (int)(created[i] & 0xff) == dev;
+    pthread_mutex_unlock(&mu);
+    return n * c->context_size;
+}
+
+int stub_context_count(void) {
+    int n = 0;
+    pthread_mutex_lock(&mu);
+    for (int d = 0; d < MAX_DEV; d++)
+        n += primary_refs[d] > 0;
+    for (int i = 0; i < MAX_CREATED; i++)
+        n += created[i] != 0;
+    pthread_mutex_unlock(&mu);
+    return n;
+}
+
 EXPORT CUresult cuDevicePrimaryCtxRetain(CUcontext *ctx, CUdevice dev) {
     NEED_INIT();
+    FAIL_IF_INJECTED("cuDevicePrimaryCtxRetain");
     if (dev < 0 || dev >= cfg.devices)
         return CUDA_ERROR_INVALID_DEVICE;
+    pthread_mutex_lock(&mu);
+    primary_refs[dev]++;
+    pthread_mutex_unlock(&mu);
     *ctx = (CUcontext)(uintptr_t)(0x1000 + dev);
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuDevicePrimaryCtxRelease_v2(CUdevice dev) {
-    (void)dev;
+    NEED_INIT();
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&mu);
+    if (primary_refs[dev] > 0)
+        primary_refs[dev]--;
+    else
+        rc = CUDA_ERROR_INVALID_CONTEXT;
+    pthread_mutex_unlock(&mu);
+    return rc;
+}
+
+static CUresult create_context(CUcontext *pctx, CUdevice dev) {
+    NEED_INIT();
+    FAIL_IF_INJECTED("cuCtxCreate");
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (dev < 0 || dev >= cfg.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY; /* no free entry: as a driver out of context memory */
+    pthread_mutex_lock(&mu);
+    for (int i = 0; i < MAX_CREATED; i++) {
+        if (created[i] == 0) {
+            created[i] = CREATED_BASE + ((uintptr_t)(++created_serial) << 8) + (uintptr_t)dev;
+            *pctx = (CUcontext)created[i];
+            rc = CUDA_SUCCESS;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&mu);
+    if (rc == CUDA_SUCCESS) { /* a new context becomes the calling thread's current one */
+        current_ctx = *pctx;
+        current_dev = dev;
+    }
+    return rc;
+}
+
+EXPORT CUresult cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev) {
+    (void)flags;
+    return create_context(pctx, dev);
+}
+EXPORT CUresult cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int n, unsigned int flags,
+                               CUdevice dev) {
+    (void)params, (void)n, (void)flags;
+    return create_context(pctx, dev);
+}
+EXPORT CUresult cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev) {
+    (void)params, (void)flags;
+    return create_context(pctx, dev);
+}
+
+EXPORT CUresult cuCtxDestroy_v2(CUcontext ctx) {
+    NEED_INIT();
+    pthread_mutex_lock(&mu);
+    int i = created_index((uintptr_t)ctx);
+    if (i >= 0)
+        created[i] = 0;
+    pthread_mutex_unlock(&mu);
+    if (i < 0)
+        return CUDA_ERROR_INVALID_CONTEXT; /* unknown, already destroyed, or a primary context */
+    if (current_ctx == ctx) {
+        current_ctx = NULL;
+        current_dev = -1;
+    }
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuCtxGetCurrent(CUcontext *ctx) {
-    *ctx = current_dev >= 0 ? (CUcontext)(uintptr_t)(0x1000 + current_dev) : NULL;
+    *ctx = current_ctx;
     return CUDA_SUCCESS;
 }
 
 EXPORT CUresult cuCtxSetCurrent(CUcontext ctx) {
-    current_dev = ctx ? (int)((uintptr_t)ctx - 0x1000) : -1;
+    pthread_mutex_lock(&mu);
+    int d = ctx ? ctx_device_locked(ctx) : -1;
+    pthread_mutex_unlock(&mu);
+    if (ctx && d < 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    current_ctx = ctx;
+    current_dev = d;
     return CUDA_SUCCESS;
 }
 
@@ -298,7 +428,7 @@ EXPORT CUresult cuMemGetInfo_v2(size_t *free, size_t *total) {
     if (d < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     *total = (size_t)cfg.memory;
-    *free = (size_t)(cfg.memory - stub_used_bytes(d));
+    *free = (size_t)(cfg.memory - stub_used_bytes(d) - stub_context_bytes(d));
     return CUDA_SUCCESS;
 }
 
@@ -467,7 +597,7 @@ EXPORT int cudaMalloc(void **p, size_t n) {
 #define STUB_TABLE(X)                                                                                  \
     X(cuInit) X(cuDriverGetVersion) X(cuDeviceGet) X(cuDeviceGetCount) X(cuDeviceGetAttribute)        \
     X(cuDeviceTotalMem_v2) X(cuDeviceGetUuid_v2) X(cuDevicePrimaryCtxRetain) X(cuDevicePrimaryCtxRelease_v2)                 \
-    X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuGetProcAddress) X(cuGetProcAddress_v2) \
+    X(cuCtxGetCurrent) X(cuCtxSetCurrent) X(cuCtxGetDevice) X(cuCtxCreate_v2) X(cuCtxDestroy_v2) X(cuGetProcAddress) X(cuGetProcAddress_v2) \
     X(cuMemGetInfo_v2) X(cuMemAlloc_v2) X(cuMemFree_v2) X(cuMemAllocPitch_v2) X(cuMemAllocManaged)     \
     X(cuMemAllocAsync) X(cuMemAllocAsync_ptsz) X(cuMemAllocFromPoolAsync)                              \
     X(cuMemAllocFromPoolAsync_ptsz) X(cuMemFreeAsync) X(cuMemFreeAsync_ptsz) X(cuMemCreate)            \

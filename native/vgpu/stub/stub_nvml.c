@@ -70,7 +70,7 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo(nvmlDevice_t h, nvmlMemory_t *m) {
     if (rc != NVML_SUCCESS || i < 0 || !m)
         return rc != NVML_SUCCESS ? rc : NVML_ERROR_INVALID_ARGUMENT;
     m->total = stub_config()->memory;
-    m->used = stub_used_bytes(i);
+    m->used = stub_used_bytes(i) + stub_context_bytes(i);
     m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
@@ -82,13 +82,19 @@ EXPORT nvmlReturn_t nvmlDeviceGetMemoryInfo_v2(nvmlDevice_t h, nvmlMemory_v2_t *
         return rc != NVML_SUCCESS ? rc : NVML_ERROR_INVALID_ARGUMENT;
     m->total = stub_config()->memory;
     m->reserved = 0;
-    m->used = stub_used_bytes(i);
+    m->used = stub_used_bytes(i) + stub_context_bytes(i);
     m->free = m->total - m->used;
     return NVML_SUCCESS;
 }
 
 static unsigned host_pid(void) { return (unsigned)((int)getpid() + stub_config()->pid_offset); }
-static int listed(void) { return stub_initialized() && !stub_config()->hide_process; }
+static int listed(void) {
+    const struct stub_config *c = stub_config();
+    return stub_initialized() && !c->hide_process && (!c->list_after_context || stub_context_count() > 0);
+}
+
+/* A process's memory as nvidia-smi shows it: its allocations plus its contexts. */
+static unsigned long long process_memory(int dev) { return stub_used_bytes(dev) + stub_context_bytes(dev); }
 
 /* The v1 ABI and the two-call INSUFFICIENT_SIZE protocol of the unversioned symbol. */
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *count,
@@ -104,8 +110,36 @@ EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigne
     }
     *count = n;
     if (n)
-        infos[0] = (nvmlProcessInfo_v1_t){.pid = host_pid(), .usedGpuMemory = stub_used_bytes(i)};
+        infos[0] = (nvmlProcessInfo_v1_t){.pid = host_pid(), .usedGpuMemory = process_memory(i)};
     return NVML_SUCCESS;
+}
+
+/* _v2 and _v3 take the four-field struct (MIG instance ids; 0xFFFFFFFF = not on a MIG instance). */
+static nvmlReturn_t running_processes_v2(const char *fn, nvmlDevice_t h, unsigned *count, nvmlProcessInfo_v2_t *infos) {
+    int i = index_of(h);
+    nvmlReturn_t rc = check(fn);
+    if (rc != NVML_SUCCESS || i < 0 || !count)
+        return rc != NVML_SUCCESS ? rc : NVML_ERROR_INVALID_ARGUMENT;
+    unsigned n = listed() ? 1 : 0;
+    if (*count < n) {
+        *count = n;
+        return NVML_ERROR_INSUFFICIENT_SIZE;
+    }
+    *count = n;
+    if (n)
+        infos[0] = (nvmlProcessInfo_v2_t){.pid = host_pid(), .usedGpuMemory = process_memory(i),
+                                          .gpuInstanceId = 0xFFFFFFFFu, .computeInstanceId = 0xFFFFFFFFu};
+    return NVML_SUCCESS;
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v2(nvmlDevice_t h, unsigned *count,
+                                                            nvmlProcessInfo_v2_t *infos) {
+    return running_processes_v2("nvmlDeviceGetComputeRunningProcesses_v2", h, count, infos);
+}
+
+EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t h, unsigned *count,
+                                                            nvmlProcessInfo_v2_t *infos) {
+    return running_processes_v2("nvmlDeviceGetComputeRunningProcesses_v3", h, count, infos);
 }
 
 static unsigned long long now_us(void) {

@@ -47,6 +47,10 @@ struct fns {
     __typeof__(&cuGraphLaunch) graph;
     __typeof__(&nvmlDeviceGetMemoryInfo) nvml_mem;
     __typeof__(&nvmlDeviceGetMemoryInfo_v2) nvml_mem2;
+    __typeof__(&cuCtxCreate_v2) ctx_create;
+    __typeof__(&cuCtxDestroy_v2) ctx_destroy;
+    __typeof__(&cuDevicePrimaryCtxRetain) retain;
+    __typeof__(&cuDevicePrimaryCtxRelease_v2) release_primary;
 };
 static struct fns fn;
 
@@ -88,6 +92,10 @@ static void resolve_all(void) {
     R(graph, cuGraphLaunch, "cuGraphLaunch");
     R(nvml_mem, nvmlDeviceGetMemoryInfo, "nvmlDeviceGetMemoryInfo");
     R(nvml_mem2, nvmlDeviceGetMemoryInfo_v2, "nvmlDeviceGetMemoryInfo_v2");
+    R(ctx_create, cuCtxCreate_v2, "cuCtxCreate");
+    R(ctx_destroy, cuCtxDestroy_v2, "cuCtxDestroy");
+    R(retain, cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain");
+    R(release_primary, cuDevicePrimaryCtxRelease_v2, "cuDevicePrimaryCtxRelease");
 }
 
 enum kind { K_PTR, K_ASYNC, K_VMM, K_ARRAY, K_MIPMAP };
@@ -186,6 +194,47 @@ static void nvml_mem(int v2) {
         total = m.total, used = m.used, free = m.free;
     }
     printf("nvmlmem rc=%d total=%llu used=%llu free=%llu\n", rc, total, used, free);
+}
+
+/* Contexts made by ctx/ctx3/ctx4/ctxmany, destroyed last-first by ctxdestroy. */
+static CUcontext contexts[1024];
+static int n_contexts;
+
+static CUresult create_context(const char *kind, int dev) {
+    CUcontext c = NULL;
+    CUresult rc;
+    if (strcmp(kind, "ctx3") == 0)
+        rc = cuCtxCreate_v3(&c, NULL, 0, 0, dev);
+    else if (strcmp(kind, "ctx4") == 0)
+        rc = cuCtxCreate_v4(&c, NULL, 0, dev);
+    else
+        rc = fn.ctx_create(&c, 0, dev);
+    if (rc == CUDA_SUCCESS && n_contexts < 1024)
+        contexts[n_contexts++] = c;
+    return rc;
+}
+
+/* procmem[:v1|v2|v3] - NVML's memory for this process on device 0 (0 when it is not listed) */
+static void process_memory(const char *version) {
+    nvmlDevice_t h;
+    nvmlReturn_t rc = nvmlInit_v2();
+    if (rc == NVML_SUCCESS)
+        rc = nvmlDeviceGetHandleByIndex_v2(0, &h);
+    unsigned count = 8;
+    unsigned long long bytes = 0;
+    if (rc == NVML_SUCCESS && version && strcmp(version, "v1") != 0) {
+        nvmlProcessInfo_v2_t infos[8];
+        rc = strcmp(version, "v2") == 0 ? nvmlDeviceGetComputeRunningProcesses_v2(h, &count, infos)
+                                        : nvmlDeviceGetComputeRunningProcesses_v3(h, &count, infos);
+        for (unsigned i = 0; rc == NVML_SUCCESS && i < count; i++)
+            bytes += infos[i].usedGpuMemory;
+    } else if (rc == NVML_SUCCESS) {
+        nvmlProcessInfo_v1_t infos[8];
+        rc = nvmlDeviceGetComputeRunningProcesses(h, &count, infos);
+        for (unsigned i = 0; rc == NVML_SUCCESS && i < count; i++)
+            bytes += infos[i].usedGpuMemory;
+    }
+    printf("procmem rc=%d count=%u bytes=%llu\n", rc, rc == NVML_SUCCESS ? count : 0, bytes);
 }
 
 static void launch_windows(char *spec) {
@@ -327,6 +376,27 @@ static void run(char *cmd) {
             granted++;
         }
         printf("fill rc=%d granted=%ld\n", rc, granted);
+    } else if (strcmp(cmd, "ctx") == 0 || strcmp(cmd, "ctx3") == 0 || strcmp(cmd, "ctx4") == 0) {
+        /* ctx:<dev> - cuCtxCreate (through --via), ctx3/ctx4:<dev> - the _v3/_v4 entry points, linked */
+        rc = create_context(cmd, arg ? atoi(arg) : 0);
+        printf("%s rc=%d\n", cmd, rc);
+    } else if (strcmp(cmd, "ctxmany") == 0) {
+        /* ctxmany:<dev> - create contexts until one is refused, keeping them all */
+        long granted = 0;
+        while (n_contexts < 1024 && (rc = create_context("ctx", arg ? atoi(arg) : 0)) == CUDA_SUCCESS)
+            granted++;
+        printf("ctxmany rc=%d granted=%ld\n", rc, granted);
+    } else if (strcmp(cmd, "ctxdestroy") == 0) {
+        rc = n_contexts > 0 ? fn.ctx_destroy(contexts[--n_contexts]) : CUDA_ERROR_INVALID_CONTEXT;
+        printf("ctxdestroy rc=%d\n", rc);
+    } else if (strcmp(cmd, "retain") == 0) {
+        CUcontext c = NULL;
+        rc = fn.retain(&c, arg ? atoi(arg) : 0);
+        printf("retain rc=%d\n", rc);
+    } else if (strcmp(cmd, "release") == 0) {
+        printf("release rc=%d\n", fn.release_primary(arg ? atoi(arg) : 0));
+    } else if (strcmp(cmd, "procmem") == 0) {
+        process_memory(arg);
     } else if (strcmp(cmd, "windows") == 0) {
         launch_windows(arg);
     } else if (strcmp(cmd, "wait") == 0) {
