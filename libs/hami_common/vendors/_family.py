@@ -1,0 +1,115 @@
+"""What one device family (a HAMi backend) supplies to every service: the port the services loop over.
+
+A family is known by its common word (``NVIDIA``, ``Ascend910B3``, ``MLU``, ``DCU``) and carries everything
+HAMi keeps per vendor (hami-vendors §0.2, §4): its resource names and request parsing, the webhook's
+per-container mutation, where its node devices come from (a register annotation or node capacity), its
+handshake key, its node lock, Fit and node score, and the pod annotations a placement writes. The services
+never name a family; they ask the configured registry (:mod:`hami_common.vendors`).
+
+Everything here is pure: the values in are decoded Kubernetes objects, the values out are annotations,
+resource maps and verdicts. Errors are :class:`~hami_common.errors.InvalidInput` (a request the webhook
+refuses, with HAMi's message) or :class:`~hami_common.errors.AnnotationError` (a node annotation that does
+not decode).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Protocol
+
+from hami_common.annotations.devices import ContainerDevice
+from hami_common.resources import ContainerResources, DeviceRequest
+from hami_common.scheduling.policy import PodPreferences
+from hami_common.scheduling.usage import DeviceUsage, NodeUsage
+from hami_common.scheduling.vendor import Vendor
+
+__all__ = ["Admission", "DeviceFamily", "NodeLockSpec", "NodeView"]
+
+
+@dataclass(frozen=True, slots=True)
+class NodeView:
+    """The parts of a Node a family reads to find its devices."""
+
+    name: str
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    capacity: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """The webhook's verdict on one container for one family (HAMi's ``MutateAdmission``).
+
+    ``asks`` is whether the container asks for this family at all (the count resource in limits). The
+    resource maps are the container's limits and requests after the family's rewrite (e.g. Ascend's template
+    rounding); unchanged maps when nothing is rewritten.
+    """
+
+    asks: bool
+    limits: Mapping[str, str]
+    requests: Mapping[str, str]
+    env: Mapping[str, str] = field(default_factory=dict)  # env vars to append (Ascend's overwriteEnv)
+    runtime_class: str | None = None  # set on the pod when it has none
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLockSpec:
+    """Which node annotation serialises binds for this family, and when a lock counts as stale.
+
+    ``shared`` means HAMi's ``hami.io/mutex.lock`` (value ``ts,ns,name``, hami-protocol §2.7); otherwise the
+    key holds a bare RFC 3339 time (Cambricon's ``cambricon.com/dsmlu.lock``).
+    """
+
+    key: str
+    expiry: timedelta
+    shared: bool
+
+
+class DeviceFamily(Vendor, Protocol):
+    """One HAMi backend. ``word``, ``owns`` and ``fit`` come from the placement engine's :class:`Vendor`."""
+
+    @property
+    def resource_names(self) -> tuple[str, ...]:
+        """Every extended resource this family manages, the count resource first."""
+        ...
+
+    @property
+    def handshake_key(self) -> str | None:
+        """The node annotation of the generic handshake (hami-vendors §0.2), or None (Cambricon)."""
+        ...
+
+    @property
+    def node_lock(self) -> NodeLockSpec: ...
+
+    def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:
+        """The webhook's per-container step; InvalidInput with HAMi's message when the request is refused."""
+        ...
+
+    def preferences(self, base: PodPreferences, pod_annotations: Mapping[str, str]) -> PodPreferences:
+        """The pod's preferences for this family's fit: ``base`` (HAMi's generic policy annotations) with the
+        use/nouse uuid and type lists read from this family's own keys (``cambricon.com/use-gpuuuid``,
+        ``hygon.com/use-dcutype``, ``hami.io/use-<CommonWord>-uuid``). The caller passes the result as
+        ``FitContext.prefs`` to :meth:`fit`."""
+        ...
+
+    def request(self, container: ContainerResources) -> DeviceRequest | None:
+        """The container's request for this family (``GenerateResourceRequests``), None when it asks none."""
+        ...
+
+    def node_devices(self, node: NodeView) -> tuple[DeviceUsage, ...]:
+        """The node's idle devices of this family; AnnotationError when its source is absent or malformed."""
+        ...
+
+    def score_node(self, node: NodeUsage, picked: Sequence[Sequence[ContainerDevice]]) -> float:
+        """A raw bonus added to the node score for this placement (Ascend 910's HCCS grouping); 0 for most."""
+        ...
+
+    def pod_annotations(
+        self, node: NodeUsage, picked: Sequence[Sequence[ContainerDevice]], pod_annotations: Mapping[str, str]
+    ) -> Mapping[str, str]:
+        """The annotations a placement writes for this family (``PatchAnnotations``), beside the generic
+        ``hami.io/vgpu-node`` and ``hami.io/vgpu-time`` the binder writes for every pod. ``picked`` is one
+        entry per container (init containers first), empty where a container got none of this family."""
+        ...
