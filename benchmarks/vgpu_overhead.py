@@ -3,6 +3,8 @@
 Measures, with native/vgpu/build/bench_hooks:
   * ns per cuMemAlloc_v2 + cuMemFree_v2 pair (a memory limit set, far from reached),
   * ns per cuLaunchKernel (no SM limit: the hot path),
+  * us per launch over a process's first 20,000 single-block launches at a 50 % SM limit, the stub's kernels
+    taking 1 us of modelled device time each (the limiter's slow start; ideal: 2 us),
   * ms from cuInit to the first successful allocation, measured inside each process, for 1, 8 and 64
     processes on one fresh shared-cache file. The processes are started first and then released
     together (they all wait on one pipe that is closed at once), so the 64 really do initialise at the
@@ -28,7 +30,14 @@ BUILD: Final = VGPU / "build"
 BENCH: Final = BUILD / "bench_hooks"
 
 
-def environment(cache: Path, interposed: bool) -> dict[str, str]:
+SLOW_START_ENV: Final = {
+    "CUDA_DEVICE_SM_LIMIT": "50",
+    "GPU_CORE_UTILIZATION_POLICY": "force",
+    "VGPU_STUB_CAPACITY": "1000000",  # 1 us of modelled device time per block
+}
+
+
+def environment(cache: Path, interposed: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "LD_PRELOAD", "VGPU_", "GPU_CORE"))}
     env["LD_LIBRARY_PATH"] = str(BUILD / "stub")
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(cache)
@@ -36,12 +45,17 @@ def environment(cache: Path, interposed: bool) -> dict[str, str]:
     env["VGPU_LIMITS_FILE"] = str(cache.with_suffix(".none"))
     if interposed:
         env["LD_PRELOAD"] = str(BUILD / "libvgpu.so")
+    env.update(extra or {})
     return env
 
 
-def per_call_ns(mode: str, count: int, cache: Path, interposed: bool) -> float:
+def per_call_ns(mode: str, count: int, cache: Path, interposed: bool, extra: dict[str, str] | None = None) -> float:
     out = subprocess.run(
-        [str(BENCH), mode, str(count)], env=environment(cache, interposed), capture_output=True, text=True, check=True
+        [str(BENCH), mode, str(count)],
+        env=environment(cache, interposed, extra),
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return float(out.stdout.strip())
 
@@ -96,6 +110,8 @@ def main() -> int:
         print(f"{'':28}{'stub alone':>12}{'with libvgpu':>14}{'added':>10}")
         for label, pair in (("cuMemAlloc+cuMemFree (ns)", alloc), ("cuLaunchKernel (ns)", launch)):
             print(f"{label:28}{pair[False]:12.1f}{pair[True]:14.1f}{pair[True] - pair[False]:10.1f}")
+        slow_start = min(per_call_ns("first", 20_000, cache, True, SLOW_START_ENV) for _ in range(runs)) / 1000
+        print(f"slow start at a 50 % SM limit: {slow_start:.2f} us per launch over the first 20,000")
 
         # One process alone: the file's creator (the container's first CUDA process), and a later process
         # joining the container's existing file.
@@ -114,6 +130,7 @@ def main() -> int:
     summary = {
         "alloc_overhead_ns": round(max(alloc[True] - alloc[False], 0.0), 1),
         "launch_overhead_ns": round(max(launch[True] - launch[False], 0.0), 1),
+        "slow_start_us_per_launch": round(slow_start, 2),
         "init_ms_1": round(statistics.median(init[1]), 3),
         "init_ms_1_create": round(statistics.median(create), 3),
         "init_ms_8": round(statistics.median(init[8]), 3),

@@ -2,8 +2,10 @@
 # GPU check for libvgpu.so, for a machine with an NVIDIA GPU, its driver and PyTorch (about 5 minutes).
 # Builds the library there, runs the driver-level probe against the real driver, then PyTorch checks:
 # allocation fails at CUDA_DEVICE_MEMORY_LIMIT (not before), mem_get_info and nvidia-smi show the slice,
-# two processes capped at 30 % and 70 % reach a throughput ratio near 30:70, and the step-time overhead of
-# a small training loop with and without the interposer. Prints a JSON summary as its last line.
+# two processes capped at 30 % and 70 % reach a throughput ratio near 30:70, one process capped at 10, 30,
+# 50 and 90 % keeps within +-5 % of its limit (its matmul throughput against an uncapped run, after 2 s to
+# converge), and the step-time overhead of a small training loop with and without the interposer. Prints a
+# JSON summary as its last line.
 set -uo pipefail
 cd "$(dirname "$0")"
 OUT=${OUT:-$(mktemp -d)}
@@ -75,6 +77,57 @@ R[sm_iterations_70]=${n70:-null}
 if [[ -n $n30 && -n $n70 && $n70 -gt 0 ]]; then
   R[sm_ratio_30_over_70]=$("$PY" -c "print(round($n30/$n70, 3))")  # target ~0.43
 fi
+
+# 3b. SM limit accuracy: one process alone on the card, capped at 10/30/50/90 %. The achieved share is its
+# matmul rate over an uncapped run's: the same kernels, so the ratio is the share of device time it got.
+# Passes at +-5 % of the limit (the stub-driven tests hold +-10 %). NVML's utilization.gpu, sampled during
+# the measurement, is reported beside it.
+cat >"$OUT/rate.py" <<'PY'
+import json, sys, time, torch
+warm, span = float(sys.argv[1]), float(sys.argv[2])
+a = torch.randn(2048, 2048, device="cuda")
+b = torch.randn(2048, 2048, device="cuda")
+c = torch.empty_like(a)
+def rate(seconds):
+    n, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        for _ in range(10):
+            torch.mm(a, b, out=c)
+        torch.cuda.synchronize()  # count finished work only; also keeps the launch queue short
+        n += 10
+    return n / (time.perf_counter() - t0)
+rate(warm)
+print(json.dumps({"rate": rate(span)}))
+PY
+rate_at() {  # rate_at <limit>: prints the matmul rate; the NVML samples go to $OUT/util<limit>
+  local env_sm=()
+  [[ $1 -lt 100 ]] && env_sm=(CUDA_DEVICE_SM_LIMIT=$1 GPU_CORE_UTILIZATION_POLICY=force)
+  ( sleep 2; timeout 8 nvidia-smi --id=0 --query-gpu=utilization.gpu --format=csv,noheader,nounits -lms 200 \
+      >"$OUT/util$1" 2>/dev/null ) &
+  local smi=$!
+  env "${env_sm[@]}" CUDA_DEVICE_MEMORY_SHARED_CACHE=$OUT/rate$1.cache LD_PRELOAD=$LIB timeout 60 \
+    "$PY" "$OUT/rate.py" 2 8 2>"$OUT/rate$1.err" | tail -1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["rate"])'
+  wait $smi
+}
+full=$(rate_at 100)
+R[sm_rate_uncapped]=${full:-null}
+all_ok=true
+for lim in 10 30 50 90; do
+  got=$(rate_at $lim)
+  util=$(awk '{s+=$1; n++} END {if (n) printf "%.1f", s/n; else print "null"}' "$OUT/util$lim" 2>/dev/null)
+  R[sm_limit_${lim}_nvml_util]=${util:-null}
+  if [[ -n $full && -n $got ]]; then
+    pct=$("$PY" -c "print(round(100 * $got / $full, 2))")
+    ok=$("$PY" -c "print(str(abs($pct - $lim) <= 0.05 * $lim).lower())")
+  else
+    pct=null ok=false
+  fi
+  log "SM limit $lim %: achieved $pct % of the uncapped rate (NVML utilization.gpu $util %), within 5 %: $ok"
+  R[sm_limit_${lim}_achieved]=$pct
+  R[sm_limit_${lim}_within_5pct]=$ok
+  [[ $ok == true ]] || all_ok=false
+done
+R[sm_limits_within_5pct]=$all_ok
 
 # 4. Step time of a small training loop, with and without the interposer (no limits set).
 cat >"$OUT/train.py" <<'PY'

@@ -2,12 +2,13 @@
  * SM limit: a sampler thread reads NVML per-process utilisation for the container's processes and
  * steers a per-device token bucket of thread blocks that launches draw from.
  *
- * Each tick the controller scales this process's allowance by limit / measured-container-utilisation
- * (at most x2 up, /2 down per tick), starting from a small allowance instead of "unlimited until the
- * first sample" (HAMi-core lets the first ~120 ms through). Every process of the container does the same
- * against the same container-wide sum, so together they converge on the limit. The gate is computed
- * before the first launch, so there is no unthrottled start. Launches of every kind (plain, Ex,
- * cooperative, _ptsz) draw from the bucket.
+ * Each tick the controller sets this process's allowance to what it launched x limit /
+ * measured-container-utilisation (at most x4 up while under half the limit, else x2, and /2 down per
+ * tick), per nominal tick of the time that really passed, starting from a small allowance instead of
+ * "unlimited until the first sample" (HAMi-core lets the first ~120 ms through). Every process of the
+ * container does the same against the same container-wide sum, so together they converge on the limit.
+ * The gate is computed before the first launch, so there is no unthrottled start. Launches of every kind
+ * (plain, Ex, cooperative, _ptsz) draw from the bucket.
  *
  * Monitor feedback (HAMi's fields): recent_kernel < 0 blocks launches until it is cleared; launches make
  * the sampler set recent_kernel = 2 (never over a -1) and last_kernel_time. utilization_switch = 0 turns
@@ -23,16 +24,23 @@
 #include "shared_cache.h"
 
 enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256, MAX_PROCS_LISTED = 256 };
+/* Tokens, allowances and the launched count are in 1/256 of a thread block, so an allowance can sit
+ * between whole blocks: two and a half single-block kernels per tick average out as such, where whole
+ * blocks would round them to two or three (-20 % or +20 % of a 10 % limit). */
+enum { UNIT_SHIFT = 8, BLOCK = 1 << UNIT_SHIFT };
 static const int64_t MAX_ALLOWANCE = INT64_MAX / 4;
+/* The least allowance, an eighth of a block per tick: low enough that a few long kernels with small grids
+ * still keep to a 10 % limit, and above zero so that an allowance can grow again. */
+static const int64_t MIN_ALLOWANCE = BLOCK / 8;
 
 _Atomic unsigned vgpu_launch_gate = VGPU_GATE_UNREADY;
 
 struct bucket {
-    _Atomic int64_t tokens;     /* blocks that may still start this tick; may go negative (debt) */
-    _Atomic uint64_t launched;  /* blocks launched since the last tick */
+    _Atomic int64_t tokens;     /* units that may still start this tick; may go negative (debt) */
+    _Atomic uint64_t launched;  /* units launched since the last tick */
     _Atomic bool active;
-    int64_t allowance;          /* blocks per tick; sampler thread only */
-    int64_t floor;              /* one block per SM per tick: a busy GPU slows us, never starves us */
+    int64_t allowance;          /* units per tick; sampler thread only */
+    int64_t sms;                /* the device's SM count: the blocks of one wave */
 };
 
 static struct bucket buckets[VGPU_MAX_DEVICES];
@@ -41,6 +49,7 @@ static atomic_bool sampler_started;
 static bool nvml_ready;
 static int32_t host_pid; /* sampler thread only */
 static unsigned long long last_sample_us[VGPU_MAX_DEVICES];
+static uint64_t last_tick_ns[VGPU_MAX_DEVICES]; /* sampler thread only */
 
 uint64_t vgpu_grid_blocks(unsigned x, unsigned y, unsigned z) {
     uint64_t n = (uint64_t)x * y; /* fits: both are 32-bit */
@@ -51,7 +60,7 @@ uint64_t vgpu_grid_blocks(unsigned x, unsigned y, unsigned z) {
 
 unsigned vgpu_wave_blocks(void) {
     int d = vgpu_current_device();
-    return (unsigned)(d >= 0 && d < VGPU_MAX_DEVICES && buckets[d].floor > 0 ? buckets[d].floor : 16);
+    return (unsigned)(d >= 0 && d < VGPU_MAX_DEVICES && buckets[d].sms > 0 ? buckets[d].sms : 16);
 }
 
 static void sleep_ms(long ms) {
@@ -107,7 +116,7 @@ static void take_tokens(int d, uint64_t blocks) {
     if (d < 0 || d >= VGPU_MAX_DEVICES)
         return;
     struct bucket *b = &buckets[d];
-    int64_t cost = blocks > (uint64_t)MAX_ALLOWANCE ? MAX_ALLOWANCE : (int64_t)blocks;
+    int64_t cost = blocks > (uint64_t)MAX_ALLOWANCE >> UNIT_SHIFT ? MAX_ALLOWANCE : (int64_t)blocks << UNIT_SHIFT;
     while (atomic_load(&b->active)) {
         if (atomic_load(&b->tokens) > 0) { /* one launch may overdraw; the debt delays the next ones */
             atomic_fetch_sub(&b->tokens, cost);
@@ -216,25 +225,29 @@ static int container_util(int d, struct vgpu_slot *me) {
     return any ? (int)(sum > 100 ? 100 : sum) : 0;
 }
 
-/* New allowance from what we launched last tick and what the container achieved with it. */
-static int64_t steer(int64_t allowance, int64_t floor, uint64_t launched, int util, uint64_t limit) {
-    if (util < 0)
-        return allowance; /* no fresh sample: hold */
+/* New allowance (units per nominal tick) from what we launched over the last `ticks` nominal ticks (the
+ * sampler may run late) and what the container achieved with it. With nothing of ours launched the sample
+ * says nothing about what our launches cost (the utilisation is earlier work still running, or other
+ * processes'), so the allowance holds: halving it then would leave a process that paused for its queue to
+ * drain far below its share. */
+static int64_t steer(int64_t allowance, uint64_t launched, double ticks, int util, uint64_t limit) {
+    if (util < 0 || launched == 0)
+        return allowance; /* no fresh sample, or no launches to scale: hold */
     int64_t next = allowance;
+    double per_tick = (double)launched / ticks;
     if ((uint64_t)util <= limit) {
-        if (launched > 0) { /* room left: grow towards launched * limit / util, at most x2 */
-            double target = util > 0 ? (double)launched * (double)limit / util : 2.0 * (double)allowance;
-            next = target > (double)allowance ? (int64_t)(target < 2.0 * (double)allowance ? target
-                                                                                       : 2.0 * (double)allowance)
-                                              : allowance;
-        }
+        /* room left: grow towards launched * limit / util, at most x4 while under half the limit (a quick
+         * start), else x2 */
+        double most = (2 * (uint64_t)util <= limit ? 4.0 : 2.0) * (double)allowance;
+        double target = util > 0 ? per_tick * (double)limit / util : most;
+        next = target > (double)allowance ? (int64_t)(target < most ? target : most) : allowance;
     } else {
-        double target = (double)launched * (double)limit / util;
+        double target = per_tick * (double)limit / util;
         next = target < (double)allowance / 2 ? allowance / 2 : (int64_t)target;
         if (next > allowance)
             next = allowance;
     }
-    return next < floor ? floor : (next > MAX_ALLOWANCE ? MAX_ALLOWANCE : next);
+    return next < MIN_ALLOWANCE ? MIN_ALLOWANCE : (next > MAX_ALLOWANCE ? MAX_ALLOWANCE : next);
 }
 
 static void refill(struct bucket *b, int64_t allowance) {
@@ -257,6 +270,22 @@ static void report_launches(void) {
     }
 }
 
+static uint64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Nominal ticks since the last throttled tick. The sampler runs late when the machine is busy; steering and
+ * refilling by the time that really passed keeps the launch rate right (a late tick would otherwise read
+ * as under-use and double the allowance). */
+static double ticks_since(uint64_t *last) {
+    uint64_t now = mono_ns();
+    double ticks = *last ? (double)(now - *last) / (TICK_THROTTLED_MS * 1e6) : 1.0;
+    *last = now;
+    return ticks < 0.25 ? 0.25 : ticks;
+}
+
 static bool tick(void) {
     struct vgpu_slot *me = atomic_load(&vgpu_my_slot);
     if (!me)
@@ -269,12 +298,16 @@ static bool tick(void) {
     bool any = false;
     for (int d = 0; d < devices(); d++) {
         struct bucket *b = &buckets[d];
-        if (!atomic_load(&b->active))
+        if (!atomic_load(&b->active)) {
+            last_tick_ns[d] = 0; /* a bucket switched on again starts from one tick */
             continue;
+        }
         any = true;
         int util = container_util(d, me);
-        b->allowance = steer(b->allowance, b->floor, atomic_exchange(&b->launched, 0), util, sm_limit_of(d));
-        refill(b, b->allowance);
+        double ticks = ticks_since(&last_tick_ns[d]);
+        b->allowance = steer(b->allowance, atomic_exchange(&b->launched, 0), ticks, util, sm_limit_of(d));
+        double due = (double)b->allowance * (ticks < 4.0 ? ticks : 4.0); /* a long pause is not made up */
+        refill(b, due < (double)MAX_ALLOWANCE ? (int64_t)due : MAX_ALLOWANCE);
     }
     return any;
 }
@@ -301,8 +334,8 @@ static void init_buckets(void) {
         if (!HAVE_REAL(cuDeviceGetAttribute) ||
             REAL(cuDeviceGetAttribute)(&sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, d) != CUDA_SUCCESS || sms <= 0)
             sms = 16;
-        buckets[d].floor = sms;
-        buckets[d].allowance = (int64_t)sms * 8; /* a few waves per tick until the first sample */
+        buckets[d].sms = sms;
+        buckets[d].allowance = (int64_t)sms * 8 * BLOCK; /* a few waves per tick until the first sample */
         atomic_store(&buckets[d].tokens, buckets[d].allowance);
         atomic_store(&buckets[d].launched, 0);
     }
@@ -352,5 +385,6 @@ static void ensure_sampler(void) {
 void vgpu_throttle_forget_after_fork(void) {
     atomic_store(&sampler_started, false);
     host_pid = 0;
+    memset(last_tick_ns, 0, sizeof last_tick_ns);
     atomic_store(&vgpu_launch_gate, VGPU_GATE_UNREADY);
 }

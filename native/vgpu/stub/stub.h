@@ -5,9 +5,13 @@
  *   VGPU_STUB_MEMORY     physical memory per device (k/m/g suffix), default 16g
  *   VGPU_STUB_DEVICES    device count, default 1
  *   VGPU_STUB_SM_COUNT   multiprocessors per device, default 80
- *   VGPU_STUB_CAPACITY   thread blocks per second the fake GPU runs at 100 %, default 1000000
- *   VGPU_STUB_UTIL       "model" (default: utilisation follows launched blocks / capacity) or a trace
- *                        "u0,u1,..." returned one value per utilisation query, the last one repeating
+ *   VGPU_STUB_KERNEL_US  modelled device time of every kernel, in microseconds (may be fractional), default 0
+ *   VGPU_STUB_CAPACITY   thread blocks per second the fake GPU runs; each block adds 1/capacity seconds to
+ *                        its kernel's device time; default 0 = blocks add nothing
+ *   VGPU_STUB_QUEUE_US   most modelled device time a launch may leave queued before it waits, default 100000
+ *   VGPU_STUB_UTIL       "model" (default: utilisation is the modelled device time, see "utilisation
+ *                        model" in stub_cuda.c) or a trace "u0,u1,..." returned one value per utilisation
+ *                        query, the last one repeating
  *   VGPU_STUB_PID_OFFSET NVML reports host PID = pid + offset (a PID namespace), default 0
  *   VGPU_STUB_HIDE_PROCESS  1: NVML never lists this process
  *   VGPU_STUB_FAIL       "fnName=code,..." : those functions return that error code
@@ -36,6 +40,9 @@ struct stub_config {
     int hide_process;
     uint64_t context_size;
     int list_after_context;
+    /* the utilisation model, in nanoseconds */
+    uint64_t kernel_ns;
+    uint64_t queue_ns;
 };
 
 const struct stub_config *stub_config(void);
@@ -45,5 +52,7 @@ uint64_t stub_used_bytes(int dev);
 unsigned stub_util_percent(int dev); /* consumes one trace step / one model window */
 uint64_t stub_context_bytes(int dev);  /* what this process's live contexts hold on dev */
 int stub_context_count(void);         /* live contexts on every device */
+/* Modelled device time of `dev` completed so far, in ns, for test programs (it consumes nothing). */
+uint64_t stub_busy_ns(int dev);
 
 #endif

@@ -1,4 +1,5 @@
 /* The CUDA half of the test stub (see stub.h). */
+#include <errno.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -30,8 +31,6 @@ static int initialized;
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t used[MAX_DEV];
 static uint64_t next_addr[MAX_DEV];
-static uint64_t blocks_total[MAX_DEV], blocks_at_query[MAX_DEV];
-static double time_at_query[MAX_DEV];
 static int trace_pos;
 static __thread int current_dev = -1;
 
@@ -87,7 +86,11 @@ static void load_config(void) {
     v = knob("VGPU_STUB_SM_COUNT", buf, sizeof buf);
     cfg.sm_count = v ? atoi(v) : 80;
     v = knob("VGPU_STUB_CAPACITY", buf, sizeof buf);
-    cfg.capacity = v ? atof(v) : 1e6;
+    cfg.capacity = v ? atof(v) : 0;
+    v = knob("VGPU_STUB_KERNEL_US", buf, sizeof buf);
+    cfg.kernel_ns = v && atof(v) > 0 ? (uint64_t)(atof(v) * 1e3) : 0;
+    v = knob("VGPU_STUB_QUEUE_US", buf, sizeof buf);
+    cfg.queue_ns = v && atof(v) >= 0 ? (uint64_t)(atof(v) * 1e3) : 100000000ULL;
     v = knob("VGPU_STUB_PID_OFFSET", buf, sizeof buf);
     cfg.pid_offset = v ? atoi(v) : 0;
     v = knob("VGPU_STUB_HIDE_PROCESS", buf, sizeof buf);
@@ -134,27 +137,97 @@ uint64_t stub_used_bytes(int dev) {
     return u;
 }
 
-static double now_s(void) {
+/* ---- utilisation model ----
+ * Each device is a timeline on which this process's kernels run one after another, as on a GPU that the
+ * process has to itself (the model is per process: tests run one process per device). A kernel launched at
+ * time t starts at max(t, the end of the kernel before it) and lasts VGPU_STUB_KERNEL_US plus
+ * blocks / VGPU_STUB_CAPACITY. A launch that leaves more than VGPU_STUB_QUEUE_US of work queued waits until
+ * the device has worked it down to that, as a real launch blocks on a full queue; so a process that
+ * launches flat out keeps the device at 100 %, and no faster. NVML reports, as a real driver does, the
+ * share of the sampling window (here: since the previous query) in which the device ran this process's
+ * kernels. Everything is modelled device time on CLOCK_MONOTONIC: how much CPU the launching process gets
+ * changes only when it can launch, never how long its kernels run. */
+struct timeline {
+    uint64_t busy_until; /* the end of the last kernel queued, ns */
+    uint64_t queued;     /* device time of every kernel queued so far, ns */
+    uint64_t window_start, done_at_window_start;
+};
+static struct timeline timelines[MAX_DEV];
+static pthread_mutex_t timeline_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t mono_ns(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+    return (uint64_t)ts.tv_sec * 1000000000ULL + (uint64_t)ts.tv_nsec;
+}
+
+/* Device time completed by `t`, no earlier than every launch so far: each kernel started by then, or
+ * starts when the one before it ends, so the device is busy without a gap from t to busy_until. */
+static uint64_t done_by(const struct timeline *l, uint64_t t) {
+    return l->queued - (l->busy_until > t ? l->busy_until - t : 0);
+}
+
+static void start_timelines(void) {
+    pthread_mutex_lock(&timeline_mu);
+    uint64_t t = mono_ns();
+    for (int d = 0; d < MAX_DEV; d++)
+        if (timelines[d].window_start == 0)
+            timelines[d].window_start = t;
+    pthread_mutex_unlock(&timeline_mu);
+}
+
+static void run_kernel(int dev, uint64_t blocks) {
+    const struct stub_config *c = &cfg;
+    if (c->kernel_ns == 0 && c->capacity <= 0)
+        return; /* kernels cost nothing: launch at full speed, utilisation stays 0 */
+    double per_block = c->capacity > 0 ? 1e9 / c->capacity : 0;
+    double ns = (double)c->kernel_ns + (double)blocks * per_block;
+    uint64_t cost = ns < 3.6e12 ? (uint64_t)ns : 3600000000000ULL; /* an hour at most */
+    pthread_mutex_lock(&timeline_mu);
+    struct timeline *l = &timelines[dev];
+    uint64_t t = mono_ns();
+    l->busy_until = (l->busy_until > t ? l->busy_until : t) + cost;
+    l->queued += cost;
+    uint64_t backlog = l->busy_until - t;
+    pthread_mutex_unlock(&timeline_mu);
+    if (backlog > c->queue_ns) {
+        uint64_t wait = backlog - c->queue_ns;
+        struct timespec ts = {.tv_sec = (time_t)(wait / 1000000000ULL), .tv_nsec = (long)(wait % 1000000000ULL)};
+        while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+        }
+    }
+}
+
+uint64_t stub_busy_ns(int dev) {
+    if (dev < 0 || dev >= MAX_DEV)
+        return 0;
+    pthread_mutex_lock(&timeline_mu);
+    uint64_t done = done_by(&timelines[dev], mono_ns());
+    pthread_mutex_unlock(&timeline_mu);
+    return done;
+}
+
+static unsigned model_util_percent(int dev) {
+    pthread_mutex_lock(&timeline_mu);
+    struct timeline *l = &timelines[dev];
+    uint64_t t = mono_ns(), done = done_by(l, t);
+    uint64_t span = t - l->window_start, busy = done - l->done_at_window_start;
+    l->window_start = t;
+    l->done_at_window_start = done;
+    pthread_mutex_unlock(&timeline_mu);
+    uint64_t pct = span ? (200 * busy + span) / (2 * span) : 0; /* rounded, as NVML reports whole percents */
+    return pct > 100 ? 100 : (unsigned)pct;
 }
 
 unsigned stub_util_percent(int dev) {
     const struct stub_config *c = stub_config();
+    if (dev < 0 || dev >= MAX_DEV)
+        return 0;
+    if (c->util_trace_len == 0)
+        return model_util_percent(dev);
     pthread_mutex_lock(&mu);
-    unsigned u;
-    if (c->util_trace_len > 0) {
-        int i = trace_pos < c->util_trace_len ? trace_pos++ : c->util_trace_len - 1;
-        u = (unsigned)c->util_trace[i];
-    } else {
-        double t = now_s(), dt = t - time_at_query[dev];
-        uint64_t blocks = __atomic_load_n(&blocks_total[dev], __ATOMIC_RELAXED);
-        double pct = dt > 0 ? 100.0 * (double)(blocks - blocks_at_query[dev]) / (c->capacity * dt) : 0;
-        u = pct > 100 ? 100 : (unsigned)pct;
-        blocks_at_query[dev] = blocks;
-        time_at_query[dev] = t;
-    }
+    int i = trace_pos < c->util_trace_len ? trace_pos++ : c->util_trace_len - 1;
+    unsigned u = (unsigned)c->util_trace[i];
     pthread_mutex_unlock(&mu);
     return u;
 }
@@ -211,11 +284,8 @@ EXPORT CUresult cuInit(unsigned int flags) {
     (void)flags;
     stub_config();
     FAIL_IF_INJECTED("cuInit");
-    if (!stub_initialized()) {
-        double t = now_s();
-        for (int d = 0; d < MAX_DEV; d++)
-            time_at_query[d] = t;
-    }
+    if (!stub_initialized())
+        start_timelines();
     __atomic_store_n(&initialized, 1, __ATOMIC_RELEASE);
     return CUDA_SUCCESS;
 }
@@ -528,7 +598,7 @@ static CUresult launch(unsigned gx, unsigned gy, unsigned gz) {
     int d = cur_dev();
     if (d < 0)
         return CUDA_ERROR_INVALID_CONTEXT;
-    __atomic_fetch_add(&blocks_total[d], (uint64_t)gx * gy * gz, __ATOMIC_RELAXED);
+    run_kernel(d, (uint64_t)gx * gy * gz);
     return CUDA_SUCCESS;
 }
 

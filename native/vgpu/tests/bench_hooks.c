@@ -3,6 +3,8 @@
  * stub driver. Modes:
  *   alloc <n>   ns per cuMemAlloc_v2 + cuMemFree_v2 pair (median of 5 rounds of n)
  *   launch <n>  ns per cuLaunchKernel (median of 5 rounds of n)
+ *   first <n>   ns per cuLaunchKernel over the process's first n launches (one round: with an SM limit set,
+ *               the limiter's slow start)
  *   init        ms from cuInit to the first successful cuMemAlloc_v2, measured in this process
  *   init wait   the same, after printing "ready" and waiting for stdin to close: a parent releases many
  *               processes at once (a crowded start) by closing the one pipe they all read
@@ -72,6 +74,10 @@ int main(int argc, char **argv) {
         return 2;
     long n = atol(argv[2]);
     setup();
+    if (strcmp(argv[1], "first") == 0) {
+        printf("%.2f\n", round_launch(n));
+        return 0;
+    }
     double r[5];
     for (int k = 0; k < 5; k++)
         r[k] = strcmp(argv[1], "alloc") == 0 ? round_alloc(n) : round_launch(n);

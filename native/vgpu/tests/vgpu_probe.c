@@ -238,13 +238,18 @@ static void process_memory(const char *version) {
 }
 
 static void launch_windows(char *spec) {
-    /* windows:ms:grid[:kind] - launch flat out, report blocks per wall-clock window */
+    /* windows:ms:grid[:kind] - launch flat out, report blocks per wall-clock window; over the stub driver
+     * also the device time its utilisation model completed in the window (busy_us) and the window's
+     * length (wall_us), measured back to back so that no time falls between windows */
     int windows = atoi(strtok(spec, ":"));
     double ms = atof(strtok(NULL, ":"));
     unsigned grid = (unsigned)atoi(strtok(NULL, ":"));
     char *kind = strtok(NULL, ":");
+    uint64_t (*busy_ns)(int) = (uint64_t(*)(int))dlsym(libcuda, "stub_busy_ns");
+    double start = now_ms();
+    uint64_t busy = busy_ns ? busy_ns(0) : 0;
     for (int w = 0; w < windows; w++) {
-        double end = now_ms() + ms;
+        double end = start + ms;
         uint64_t blocks = 0;
         while (now_ms() < end) {
             if (launch_kind(kind ? kind : "plain", grid) != CUDA_SUCCESS) {
@@ -253,7 +258,16 @@ static void launch_windows(char *spec) {
             }
             blocks += grid;
         }
-        printf("window i=%d blocks=%" PRIu64 "\n", w, blocks);
+        double t = now_ms();
+        if (busy_ns) {
+            uint64_t b = busy_ns(0);
+            printf("window i=%d blocks=%" PRIu64 " busy_us=%" PRIu64 " wall_us=%" PRIu64 "\n", w, blocks,
+                   (b - busy) / 1000, (uint64_t)((t - start) * 1e3));
+            busy = b;
+        } else {
+            printf("window i=%d blocks=%" PRIu64 "\n", w, blocks);
+        }
+        start = t;
     }
 }
 
