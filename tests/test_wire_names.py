@@ -11,6 +11,8 @@ from tests.conftest import REPO_ROOT
 HOMES = (
     REPO_ROOT / "libs" / "hami_common" / "annotations",
     REPO_ROOT / "libs" / "hami_common" / "subjects.py",
+    # A device family's own keys live once in its package (libs/hami_common/vendors/<family>/keys.py).
+    *sorted((REPO_ROOT / "libs" / "hami_common" / "vendors").glob("*/keys.py")),
 )
 FORBIDDEN_PREFIXES = ("hami.io/", "hami.")
 

@@ -28,6 +28,7 @@ class Reason(enum.StrEnum):
     CARD_COMPUTE_UNITS_EXHAUSTED = "CardComputeUnitsExhausted"
     CARD_NOT_FOUND_CUSTOM_FILTER_RULE = "CardNotFoundCustomFilterRule"
     CARD_MIG_TOPOLOGY_INFEASIBLE = "CardMigTopologyInfeasible"
+    MODE_NOT_FIT = "ModeNotFit"  # Ascend: a hami-core pod on a node without hami-vnpu-core
     ALLOCATED_CARDS_INSUFFICIENT_REQUEST = "AllocatedCardsInsufficientRequest"
     # Node-level reasons: rendered bare, without a count.
     NODE_INSUFFICIENT_DEVICE = "NodeInsufficientDevice"

@@ -6,6 +6,7 @@ from hami_common.vendors._family import DeviceFamily
 from hami_common.vendors.cambricon.config import SECTION, CambriconConfig, parse_section
 from hami_common.vendors.cambricon.family import CambriconFamily, devices_from_capacity, dsmlu_profile
 from hami_common.vendors.cambricon.lock import LockAction, LockDecision, lock_decision
+from hami_common.vendors.registry import FamilySource, register
 
 __all__ = [
     "SECTION",
@@ -24,3 +25,6 @@ __all__ = [
 def families(config: CambriconConfig | None) -> tuple[DeviceFamily, ...]:
     """The family when the ``cambricon:`` section is present (see :mod:`.config` on the default), else none."""
     return () if config is None else (CambriconFamily(config),)
+
+
+register(FamilySource(SECTION, lambda raw: families(parse_section(raw))))

@@ -16,6 +16,7 @@ from hami_common.vendors.hygon.allocate import (
 from hami_common.vendors.hygon.config import SECTION, HygonConfig, parse_section
 from hami_common.vendors.hygon.family import HygonFamily
 from hami_common.vendors.hygon.register import decode_register, encode_register
+from hami_common.vendors.registry import FamilySource, register
 
 __all__ = [
     "SECTION",
@@ -39,3 +40,6 @@ __all__ = [
 def families(config: HygonConfig | None) -> tuple[DeviceFamily, ...]:
     """The family when the ``hygon:`` section is present (see :mod:`.config` on the default), else none."""
     return () if config is None else (HygonFamily(config),)
+
+
+register(FamilySource(SECTION, lambda raw: families(parse_section(raw))))

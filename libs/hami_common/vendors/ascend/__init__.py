@@ -1,0 +1,29 @@
+"""Huawei Ascend NPUs (910A, 910B2/B3/B4/B4-1, 910C, 310P): one device family per chip model (hami-vendors §1)."""
+
+from __future__ import annotations
+
+from hami_common.vendors.ascend.config import (
+    CHART_CHIPS,
+    VNPUS_SECTION,
+    AscendConfig,
+    ChipConfig,
+    Template,
+    parse_vnpus,
+)
+from hami_common.vendors.ascend.family import AscendFamily, NpuRuntime, families
+from hami_common.vendors.registry import FamilySource, register
+
+__all__ = [
+    "CHART_CHIPS",
+    "VNPUS_SECTION",
+    "AscendConfig",
+    "AscendFamily",
+    "ChipConfig",
+    "NpuRuntime",
+    "Template",
+    "families",
+    "parse_vnpus",
+]
+
+
+register(FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw))))
