@@ -24,7 +24,7 @@ import msgspec
 import yaml
 
 from hami_common.errors import InvalidInput
-from hami_common.inventory import NodeDeviceConfig
+from hami_common.inventory import MigAllowlist, NodeDeviceConfig
 from hami_common.inventory._nodeconfig import NodeEntry, apply_node_entry, decode_node_entries, find_node_entry
 from hami_common.resources import (
     GPU,
@@ -35,6 +35,8 @@ from hami_common.resources import (
     ResourceConfig,
 )
 from hami_common.settings import setting
+from hami_common.vendors import DeviceFamily
+from hami_common.vendors.registry import configured, registered_sections
 
 __all__ = [
     "CORE_POLICIES",
@@ -81,13 +83,6 @@ _MIG_PROFILE: Final = re.compile(r"^[1-9][0-9]*g\..+$")  # HAMi: pkg/device/nvid
 _RESOURCE_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
 
 
-class MigAllowlist(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
-    """One ``migProfileAllowlist`` entry: the MIG profiles allowed on these GPU models."""
-
-    models: tuple[str, ...] = ()
-    profiles: tuple[str, ...] = ()
-
-
 class _Nvidia(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
     """The ``nvidia:`` section with HAMi's YAML keys and the chart's defaults (hami-protocol §1.1-1.2)."""
 
@@ -127,6 +122,7 @@ class DeviceConfig:
     mig_profile_allowlist: tuple[MigAllowlist, ...] = ()
     nodes: tuple[NodeEntry, ...] = ()
     ignored_sections: tuple[str, ...] = ()  # other vendors' sections, accepted and not applied
+    families: tuple[DeviceFamily, ...] = ()  # the device families beside NVIDIA that the sections enable
 
     def for_node(self, node: str) -> NodeDeviceConfig:
         """What ``node``'s services apply: the chart-wide values with its ``nodeconfig`` entry on top."""
@@ -176,6 +172,9 @@ def _check_nvidia(nv: _Nvidia) -> None:
     if nv.gpu_core_policy not in CORE_POLICIES:
         raise InvalidInput(f"nvidia.gpuCorePolicy: {nv.gpu_core_policy!r} is not one of {', '.join(CORE_POLICIES)}")
     for i, allowed in enumerate(nv.mig_profile_allowlist):
+        if not allowed.models or not allowed.profiles:
+            # HAMi refuses such an entry too (pkg/device/nvidia/mig_profiles.go): it would restrict nothing
+            raise InvalidInput(f"nvidia.migProfileAllowlist[{i}]: an entry needs models and profiles")
         bad = [p for p in allowed.profiles if not _MIG_PROFILE.match(p)]
         if bad:
             raise InvalidInput(f"nvidia.migProfileAllowlist[{i}]: profile {bad[0]!r} is not '<N>g.<memory>'")
@@ -220,6 +219,7 @@ def parse_device_config(text: str | bytes) -> DeviceConfig:
             preconfigured_memory_mib=nv.pre_configured_device_memory,
             libcuda_log_level="" if level is None else str(level),
             numa_topology=nv.enable_numa_topology,
+            mig_allowlist=nv.mig_profile_allowlist,
         )
     except InvalidInput as err:
         raise InvalidInput(f"nvidia: {err}") from err
@@ -244,7 +244,8 @@ def parse_device_config(text: str | bytes) -> DeviceConfig:
         disable_core_limit=nv.disable_core_limit,
         mig_profile_allowlist=nv.mig_profile_allowlist,
         nodes=nodes,
-        ignored_sections=tuple(sorted(str(k) for k in raw if k in VENDOR_SECTIONS)),
+        ignored_sections=tuple(sorted(str(k) for k in raw if k in VENDOR_SECTIONS and k not in registered_sections())),
+        families=configured({str(k): v for k, v in raw.items() if k in VENDOR_SECTIONS}),
     )
 
 

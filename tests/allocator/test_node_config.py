@@ -62,8 +62,8 @@ async def test_a_filtered_gpu_is_not_advertised_to_the_kubelet(tmp_path: Path) -
 @pytest.mark.parametrize(
     ("entry", "reason"),
     [
-        pytest.param({"operatingmode": "mig"}, "operating mode", id="MIG mode"),
-        pytest.param({"migstrategy": "mixed"}, "migstrategy", id="a MIG strategy"),
+        pytest.param({"operatingmode": "mps"}, "operating mode", id="an unknown operating mode"),
+        pytest.param({"migstrategy": "all"}, "migstrategy", id="an unknown MIG strategy"),
         pytest.param({"devicesplitcount": 0}, "split count", id="a zero split count"),
         pytest.param({"enablenumatopolgy": True}, "enablenumatopolgy", id="a misspelt key"),
     ],

@@ -33,10 +33,15 @@ def test_chart_default_device_config_loads_with_the_defaults_we_use_without_it()
     config = read_device_config(CHART)
     assert config.resources == ResourceConfig()
     # libCudaLogLevel: 1 is the chart's value and reaches containers as LIBCUDA_LOG_LEVEL=1, as in HAMi
-    assert config.node_defaults == NodeDeviceConfig(libcuda_log_level="1")
+    # the chart's migProfileAllowlist reaches every node's services with the rest of the node defaults
+    assert config.node_defaults == NodeDeviceConfig(libcuda_log_level="1", mig_allowlist=config.mig_profile_allowlist)
     assert (config.overwrite_env, config.gpu_core_policy, config.runtime_class_name) == (False, "default", "")
     assert config.mig_profile_allowlist[0].models == ("A30",)
-    assert {"vnpus", "cambricon"} <= set(config.ignored_sections)
+    # the chart renders the Cambricon and Hygon sections, which enables them as in HAMi; Ascend waits for
+    # its own switch (HAMi's --enable-ascend); the vendors not implemented here are listed as ignored
+    assert [family.word for family in config.families] == ["MLU", "DCU"]
+    assert "metax" in config.ignored_sections
+    assert not {"vnpus", "cambricon", "hygon"} & set(config.ignored_sections)
 
 
 def test_services_given_the_chart_file_behave_as_without_it() -> None:
@@ -47,7 +52,8 @@ def test_services_given_the_chart_file_behave_as_without_it() -> None:
     with_file = AllocatorSettings(node_name=NODE, device_config_file=chart)
     without = AllocatorSettings(node_name=NODE)
     assert with_file.advertised_resource() == without.advertised_resource() == "nvidia.com/gpu"
-    assert with_file.node_config() == NodeDeviceConfig(libcuda_log_level="1")
+    allowlist = with_file.device_config().mig_profile_allowlist
+    assert with_file.node_config() == NodeDeviceConfig(libcuda_log_level="1", mig_allowlist=allowlist)
     assert without.node_config() == NodeDeviceConfig()
     agent = NodeAgentSettings(node_name=NODE, inventory="fake", device_config_file=chart)
     assert agent.node_config() == with_file.node_config()
@@ -70,8 +76,8 @@ def test_services_given_the_chart_file_behave_as_without_it() -> None:
         ),
         pytest.param("nvdia:\n  deviceSplitCount: 3\n", "nvdia", id="a misspelt section"),
         pytest.param("nodeconfig:\n- name: a\n  splitcount: 3\n", "splitcount", id="an unknown nodeconfig key"),
-        pytest.param("nodeconfig:\n- name: a\n  operatingmode: mig\n", "'a'", id="MIG mode is refused"),
-        pytest.param("nodeconfig:\n- name: a\n  migstrategy: single\n", "migstrategy", id="a MIG strategy"),
+        pytest.param("nodeconfig:\n- name: a\n  operatingmode: mps\n", "'a'", id="an unknown operating mode"),
+        pytest.param("nodeconfig:\n- name: a\n  migstrategy: all\n", "migstrategy", id="an unknown MIG strategy"),
         pytest.param("nodeconfig:\n- name: a\n  libcudaloglevel: 9\n", "log level", id="a log level past 4"),
         pytest.param("nodeconfig:\n- name: a\n- name: a\n", "two entries", id="a node listed twice"),
         pytest.param("nvidia: [1, 2]\n", "nvidia", id="a section that is a list"),
@@ -125,7 +131,8 @@ def test_other_vendor_sections_are_accepted_with_one_info_line(caplog: pytest.Lo
         WebhookSettings(device_config_file=str(CHART))
     lines = [r.getMessage() for r in caplog.records if r.name == "hami_common.deviceconfig"]
     assert len(lines) == 1
-    assert "vnpus" in lines[0]
+    assert "metax" in lines[0]
+    assert "vnpus" not in lines[0]
     assert "not applied" in lines[0]
 
 

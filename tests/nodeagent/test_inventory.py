@@ -217,7 +217,8 @@ def test_node_overrides_apply_only_to_the_named_node() -> None:
     [
         pytest.param("{", id="json that does not parse"),
         pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": 0}]}', id="a zero split count"),
-        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "operatingmode": "mig"}]}', id="MIG mode"),
+        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "operatingmode": "mps"}]}', id="an unknown mode"),
+        pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "migstrategy": "all"}]}', id="an unknown migstrategy"),
         pytest.param('{"nodeconfig": [{"name": "gpu-node-1", "devicesplitcount": "x"}]}', id="a string count"),
     ],
 )

@@ -13,6 +13,10 @@
           links: [{peer: GPU-5e4f0c1a-0000-4000-8000-000000000002, nvlinks: 2, pcie: same-cpu}]
           used_mib: 1024      # host figures the usage stream joins (optional)
           utilization: 35
+        - uuid: GPU-5e4f0c1a-0000-4000-8000-000000000003
+          model: NVIDIA A100-SXM4-80GB
+          memory_mib: 81920
+          mig: true           # MIG mode on: the model's profile table (inventory/_migprofiles.py) applies
 
 The file is read again on every call (it is small) and decoded again when it changed, so editing
 ``healthy`` is how a test (or ``make run``) breaks a GPU. A file that does not follow this form raises
@@ -28,6 +32,7 @@ import msgspec
 import yaml
 
 from hami_common.errors import InvalidInput
+from hami_common.inventory._migprofiles import MIG_CARDS, mig_card
 from hami_common.inventory._model import Gpu, GpuLink, GpuStats, PcieLevel
 
 __all__ = ["FAKE", "FakeInventory", "decode_fake_inventory"]
@@ -55,6 +60,7 @@ class _Gpu(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     used_mib: int = 0
     utilization: int = 0
     memory_utilization: int = 0
+    mig: bool = False  # MIG mode on; the model must have a profile table
 
 
 # libyaml's safe loader parses ~20x faster than the pure-Python one: a cluster-wide file of 100 nodes was read
@@ -83,6 +89,12 @@ def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...]
             raise InvalidInput(f"fake inventory: GPU {position} of {node} needs a uuid and non-negative figures")
         if any(link.nvlinks < 0 for link in entry.links):
             raise InvalidInput(f"fake inventory: GPU {entry.uuid} declares a negative NVLink count")
+        card = mig_card(entry.model) if entry.mig else None
+        if entry.mig and card is None:
+            raise InvalidInput(
+                f"fake inventory: GPU {entry.uuid} declares mig but model {entry.model!r} offers no MIG; "
+                f"models with MIG: {', '.join(c.key for c in MIG_CARDS)}"
+            )
         gpus.append(
             Gpu(
                 uuid=entry.uuid,
@@ -93,6 +105,7 @@ def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...]
                 healthy=entry.healthy,
                 bus_id=entry.bus_id,
                 links=tuple(GpuLink(peer=lk.peer, pcie=lk.pcie, nvlinks=lk.nvlinks) for lk in entry.links),
+                mig_profiles=card.hami_profiles() if card is not None else (),
             )
         )
         stats.append(GpuStats(entry.uuid, entry.used_mib * _MIB, entry.utilization, entry.memory_utilization))

@@ -7,6 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from hami_common.annotations.registration import MigProfile
+
 __all__ = [
     "NVLINK_SCORE",
     "Gpu",
@@ -72,6 +74,13 @@ class Gpu:
     healthy: bool = True
     bus_id: str = ""
     links: tuple[GpuLink, ...] = ()
+    # the MIG profiles the GPU offers with their placements; empty unless MIG mode is on (hami-protocol §2.2)
+    mig_profiles: tuple[MigProfile, ...] = ()
+
+    @property
+    def mig(self) -> bool:
+        """True when the GPU is in MIG mode: it is cut into instances, never shared through the interposer."""
+        return bool(self.mig_profiles)
 
     def link_to(self, peer: str) -> GpuLink | None:
         return next((link for link in self.links if link.peer == peer), None)

@@ -16,12 +16,20 @@ from typing import Final
 
 import msgspec
 
+from hami_common.annotations.registration import MODE_HAMI_CORE, MODE_MIG, MigProfile
 from hami_common.errors import InvalidInput
+from hami_common.inventory._migprofiles import MigAllowlist, allowed_mig_profiles
+from hami_common.inventory._model import Gpu
 
 __all__ = [
     "LIBCUDA_LOG_LEVELS",
+    "MIG_STRATEGIES",
+    "MIG_STRATEGY_MIXED",
     "MIG_STRATEGY_NONE",
+    "MIG_STRATEGY_SINGLE",
+    "MODES",
     "MODE_HAMI_CORE",
+    "MODE_MIG",
     "NodeDeviceConfig",
     "NodeEntry",
     "apply_node_entry",
@@ -30,8 +38,11 @@ __all__ = [
     "find_node_entry",
 ]
 
-MODE_HAMI_CORE: Final = "hami-core"
+MODES: Final = (MODE_HAMI_CORE, MODE_MIG)  # operatingmode (HAMi: pkg/device/nvidia/device.go:117-147)
 MIG_STRATEGY_NONE: Final = "none"
+MIG_STRATEGY_SINGLE: Final = "single"
+MIG_STRATEGY_MIXED: Final = "mixed"
+MIG_STRATEGIES: Final = (MIG_STRATEGY_NONE, MIG_STRATEGY_SINGLE, MIG_STRATEGY_MIXED)
 # HAMi-core reads 0..4 (hami-protocol §1.2; vgpu-interposer.md): anything else is a typo, not a level
 LIBCUDA_LOG_LEVELS: Final = frozenset({"0", "1", "2", "3", "4"})
 
@@ -42,13 +53,15 @@ class NodeDeviceConfig:
     memory_scaling: float = 1.0  # deviceMemoryScaling
     core_scaling: float = 1.0  # deviceCoreScaling
     preconfigured_memory_mib: int = 0  # preConfiguredDeviceMemory: MiB when NVML cannot tell
-    mode: str = MODE_HAMI_CORE  # operatingmode; this project implements hami-core only
+    mode: str = MODE_HAMI_CORE  # operatingmode: hami-core, or mig (GPUs in MIG mode are cut into instances)
     filter_uuids: frozenset[str] = frozenset()  # filterdevices.uuid: never registered nor advertised
     filter_indices: frozenset[int] = frozenset()  # filterdevices.index
     libcuda_log_level: str = ""  # libCudaLogLevel: LIBCUDA_LOG_LEVEL in every container ("" leaves it unset)
     numa_topology: bool = False  # enableNumaTopology: the kubelet sees each device's NUMA node
-    mig_strategy: str = MIG_STRATEGY_NONE  # migstrategy: only "none" without MIG support
+    mig_strategy: str = MIG_STRATEGY_NONE  # migstrategy: none, single or mixed
     preferred_allocation: bool = True  # enablegetpreferredallocation: offer GetPreferredAllocation
+    # migProfileAllowlist (chart-wide): here so node agent and allocator filter profiles through one function
+    mig_allowlist: tuple[MigAllowlist, ...] = ()
 
     def __post_init__(self) -> None:
         if self.split_count < 1 or self.memory_scaling <= 0 or self.core_scaling <= 0:
@@ -58,17 +71,22 @@ class NodeDeviceConfig:
             )
         if self.preconfigured_memory_mib < 0:
             raise InvalidInput(f"device config: preconfigured memory {self.preconfigured_memory_mib} is negative")
-        if self.mode != MODE_HAMI_CORE:
+        if self.mode not in MODES:
+            raise InvalidInput(f"device config: operating mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mig_strategy not in ("", *MIG_STRATEGIES):
             raise InvalidInput(
-                f"device config: operating mode {self.mode!r} is not supported: only {MODE_HAMI_CORE} is implemented"
-            )
-        if self.mig_strategy not in ("", MIG_STRATEGY_NONE):
-            raise InvalidInput(
-                f"device config: migstrategy {self.mig_strategy!r} is not supported: MIG is not implemented, "
-                f"use {MIG_STRATEGY_NONE!r}"
+                f"device config: migstrategy {self.mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
             )
         if self.libcuda_log_level and self.libcuda_log_level not in LIBCUDA_LOG_LEVELS:
             raise InvalidInput(f"device config: libcuda log level {self.libcuda_log_level!r} is not one of 0..4")
+
+    def mig_profiles(self, gpu: Gpu) -> tuple[MigProfile, ...]:
+        """The MIG profiles ``gpu`` offers on this node: none unless the node runs in MIG mode and the GPU is in
+        MIG mode, then those ``migProfileAllowlist`` allows for its model. The node agent registers them and the
+        allocator creates instances of them only: both call this."""
+        if self.mode != MODE_MIG or not gpu.mig:
+            return ()
+        return allowed_mig_profiles(self.mig_allowlist, gpu.model, gpu.mig_profiles)
 
     def registers(self, uuid: str, index: int | None) -> bool:
         """False for a GPU ``filterdevices`` excludes: neither registered nor advertised to the kubelet."""

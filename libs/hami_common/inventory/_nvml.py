@@ -18,7 +18,9 @@ import logging
 from pathlib import Path
 from typing import Any, Final
 
+from hami_common.annotations.registration import MigProfile
 from hami_common.errors import TransientError
+from hami_common.inventory._mignvml import read_mig_profiles
 from hami_common.inventory._model import Gpu, GpuLink, GpuStats, PcieLevel
 
 __all__ = ["IGNORED_XIDS", "NVML", "NvmlInventory", "sysfs_bus_id"]
@@ -62,6 +64,7 @@ class NvmlInventory:
         self._failed: set[str] = set()
         self._known: dict[int, Gpu] = {}  # the last answer per index, for a GPU that stops answering
         self._links: dict[str, tuple[GpuLink, ...]] | None = None
+        self._mig: dict[str, tuple[MigProfile, ...]] = {}  # per UUID: MIG mode changes only with a GPU reset
         self._events: Any = None
         self._watch_events()
 
@@ -128,6 +131,12 @@ class NvmlInventory:
                 raise
             memory = 0  # some boards cannot tell: registration uses preConfiguredDeviceMemory
         bus_id = self._bus_id(handle)
+        if uuid not in self._mig:
+            try:
+                self._mig[uuid] = read_mig_profiles(nv, handle)
+            except nv.NVMLError as err:
+                log.warning("GPU %s: its MIG profiles cannot be read, registered without MIG: %s", uuid, err)
+                self._mig[uuid] = ()
         return Gpu(
             uuid=uuid,
             index=index,
@@ -137,6 +146,7 @@ class NvmlInventory:
             healthy=uuid not in self._failed,
             bus_id=bus_id,
             links=links.get(uuid, ()),
+            mig_profiles=self._mig[uuid],
         )
 
     def _read_links(self, handles: list[Any]) -> dict[str, tuple[GpuLink, ...]]:

@@ -24,7 +24,15 @@ from hami_common import logkeys, subjects
 from hami_common.annotations import NODE_REGISTER, NODE_SCORE, DeviceInfo, encode_node_devices, encode_pair_scores
 from hami_common.errors import HamiError
 from hami_common.events import NodeInventory
-from hami_common.inventory import MODE_HAMI_CORE, Gpu, GpuInventory, NodeDeviceConfig, pair_scores
+from hami_common.inventory import (
+    MODE_HAMI_CORE,
+    MODE_MIG,
+    Gpu,
+    GpuInventory,
+    NodeDeviceConfig,
+    instance_count,
+    pair_scores,
+)
 from hami_common.kube import EventRecorder, NodePatcher, ObjectReference
 
 __all__ = ["ASYMMETRIC_LINK_REASON", "NVIDIA_PREFIX", "Publisher", "Registrar", "register_devices", "visible_gpus"]
@@ -45,10 +53,39 @@ def visible_gpus(gpus: Sequence[Gpu], config: NodeDeviceConfig) -> tuple[Gpu, ..
     return tuple(g for g in gpus if g.uuid not in config.filter_uuids and g.index not in config.filter_indices)
 
 
+def _type(gpu: Gpu) -> str:
+    return gpu.model if gpu.model.startswith(NVIDIA_PREFIX) else f"{NVIDIA_PREFIX}-{gpu.model}"
+
+
+def _mig_device(gpu: Gpu, config: NodeDeviceConfig) -> DeviceInfo:
+    """A GPU in MIG mode on a node in MIG mode: its allowed profiles; ``count`` is the most instances any of them
+    fits side by side; memory and cores are the whole card's, never scaled (hami-protocol §2.2)."""
+    profiles = config.mig_profiles(gpu)
+    return DeviceInfo(
+        id=gpu.uuid,
+        index=gpu.index,
+        count=max((instance_count(p.placements) for p in profiles), default=0),
+        devmem=gpu.memory_mib or config.preconfigured_memory_mib,
+        devcore=_CORE_UNIT,
+        type=_type(gpu),
+        numa=max(gpu.numa, 0),
+        mode=MODE_MIG,
+        mig_profiles=profiles,
+        health=gpu.healthy,
+    )
+
+
 def register_devices(gpus: Sequence[Gpu], config: NodeDeviceConfig) -> tuple[DeviceInfo, ...]:
-    """One ``DeviceInfo`` per visible GPU, as HAMi's device plugin registers it (register.go:92-207)."""
+    """One ``DeviceInfo`` per visible GPU, as HAMi's device plugin registers it (register.go:92-207).
+
+    On a node whose ``operatingmode`` is ``mig``, a GPU in MIG mode registers ``mode: mig`` with its profiles; a
+    GPU not in MIG mode there, and every GPU elsewhere, registers as a ``hami-core`` GPU shared in slots.
+    """
     devices: list[DeviceInfo] = []
     for gpu in visible_gpus(gpus, config):
+        if config.mode == MODE_MIG and gpu.mig:
+            devices.append(_mig_device(gpu, config))
+            continue
         memory = gpu.memory_mib or config.preconfigured_memory_mib
         if config.memory_scaling != 1:
             memory = int(memory * config.memory_scaling)
@@ -59,7 +96,7 @@ def register_devices(gpus: Sequence[Gpu], config: NodeDeviceConfig) -> tuple[Dev
                 count=config.split_count,
                 devmem=memory,
                 devcore=int(config.core_scaling * _CORE_UNIT),
-                type=gpu.model if gpu.model.startswith(NVIDIA_PREFIX) else f"{NVIDIA_PREFIX}-{gpu.model}",
+                type=_type(gpu),
                 numa=max(gpu.numa, 0),
                 mode=MODE_HAMI_CORE,
                 health=gpu.healthy,
