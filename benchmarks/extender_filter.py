@@ -21,9 +21,14 @@ Figures, per size (``<nodes>x8``), after a short warm-up:
 * ``handler_p50_ms`` / ``handler_p99_ms``: inside the extender, request read to response, minus the patch;
 * ``binds_per_s``: filter+bind pairs per second (the emulator's latency bounds it).
 
-    python benchmarks/extender_filter.py [--quick] [--httpx]
+    python benchmarks/extender_filter.py [--quick] [--httpx] [--mig] [--nodes N]
 
 ``--quick`` seeds one resident pod per node instead of 10 and sends fewer requests (well under a minute).
+``--mig`` runs twice in one invocation: the plain cluster, then the same cluster with every tenth node in MIG
+mode (8 H100s cut into instances; its resident pods hold 1g instances and their reservations); the MIG run's
+figures carry the suffix ``_mig``, and ``filter_p50_mig_ratio_…`` / ``filter_p99_mig_ratio_…`` compare the two.
+The pending pods name no ``nvidia.com/vgpu-mode``, so MIG nodes are candidates like the others (binpack prefers
+them: a 1g instance books more memory than the resident pods on shared cards).
 The last line is JSON with ``filter_p50_ms_5000x8``, ``filter_p99_ms_5000x8``, ``filter_p99_ms_1000x8``,
 ``binds_per_s`` and the other figures above.
 """
@@ -51,16 +56,20 @@ from hami_common import subjects
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
     NODE_HANDSHAKE,
     NODE_REGISTER,
     NODE_SCHEDULER_POLICY,
     VGPU_NODE,
     ContainerDevice,
     DeviceInfo,
+    MigAllocation,
     encode_handshake,
+    encode_mig_allocations,
     encode_node_devices,
     encode_pod_devices,
 )
+from hami_common.annotations.registration import MigPlacement, MigProfile
 from hami_common.bus import Bus, EmbeddedNats
 from hami_common.events import AllocationResult
 from hami_common.resources import GPU
@@ -71,6 +80,25 @@ from hami_sim.http import HttpClient, HttpError, HttpReply
 GPUS_PER_NODE = 8
 RESIDENT_PER_NODE = 10
 NAMESPACE = "bench"
+MIG_EVERY = 10  # --mig: every tenth node is a MIG node (10 %)
+
+
+def _mig_profile(
+    name: str, memory: int, core: int, slices: int, starts: range | tuple[int, ...], size: int
+) -> MigProfile:
+    placements = tuple(MigPlacement(start=s, size=size) for s in starts)
+    return MigProfile(name=name, memory_mb=memory, core=core, slice_count=slices, placements=placements)
+
+
+# An H100 80GB's MIG profiles as NVML lists them (memory MiB; placements in memory slices).
+H100_PROFILES = (
+    _mig_profile("1g.10gb", 9856, 14, 1, range(7), 1),
+    _mig_profile("1g.20gb", 19968, 14, 1, (0, 2, 4, 6), 2),
+    _mig_profile("2g.20gb", 19968, 28, 2, (0, 2, 4), 2),
+    _mig_profile("3g.40gb", 40192, 42, 3, (0, 4), 4),
+    _mig_profile("4g.40gb", 40192, 57, 4, (0,), 4),
+    _mig_profile("7g.80gb", 80384, 100, 7, (0,), 8),
+)
 
 
 def _free_port() -> int:
@@ -89,8 +117,12 @@ def _gpu(node: str, i: int) -> str:
     return f"GPU-{node}-{i}"
 
 
-def _seed_and_serve(nodes: int, resident: int, pending: int, workdir: str, ready: Any, stop: Any) -> None:
-    """The emulator process: seed the store directly (fast), serve over HTTP until told to stop."""
+def _seed_and_serve(
+    nodes: int, resident: int, pending: int, workdir: str, ready: Any, stop: Any, mig_every: int = 0
+) -> None:
+    """The emulator process: seed the store directly (fast), serve over HTTP until told to stop.
+
+    With ``mig_every``, every such node is in MIG mode and each resident pod there holds a 1g instance."""
     from hami_sim.kubeapi import KubeApiEmulator, Store, find_resource
 
     class PagingStore(Store):
@@ -116,22 +148,24 @@ def _seed_and_serve(nodes: int, resident: int, pending: int, workdir: str, ready
         handshake = encode_handshake(datetime.now().astimezone())
         for n in range(nodes):
             name = f"node-{n:05d}"
+            mig = bool(mig_every) and n % mig_every == 0
             devices = [
                 DeviceInfo(
                     id=_gpu(name, i),
                     index=i,
-                    count=10,
+                    count=7 if mig else 10,
                     devmem=81920,
                     devcore=100,
                     type="NVIDIA-H100",
                     numa=i // 4,
-                    mode="hami-core",
+                    mode="mig" if mig else "hami-core",
+                    mig_profiles=H100_PROFILES if mig else (),
                     health=True,
                 )
                 for i in range(GPUS_PER_NODE)
             ]
             # a cluster in its steady state: the kubelet reports the GPUs, the scheduler's handshake is there
-            slots = str(GPUS_PER_NODE * 10)
+            slots = str(sum(d.count for d in devices))
             annotations = {NODE_REGISTER: encode_node_devices(devices), NODE_HANDSHAKE: handshake}
             store.create(
                 nodes_rt,
@@ -144,18 +178,23 @@ def _seed_and_serve(nodes: int, resident: int, pending: int, workdir: str, ready
                 },
             )
             for p in range(resident):
-                grant = encode_pod_devices([[ContainerDevice(_gpu(name, p % GPUS_PER_NODE), "NVIDIA", 4096, 10)]])
+                gpu = _gpu(name, p % GPUS_PER_NODE)
+                mem, cores = (H100_PROFILES[0].memory_mb, H100_PROFILES[0].core) if mig else (4096, 10)
+                grant = encode_pod_devices([[ContainerDevice(gpu, "NVIDIA", mem, cores)]])
+                annotations = {VGPU_NODE: name, DEVICES_ALLOCATED: grant, DEVICES_TO_ALLOCATE: grant}
+                if mig:  # 1g instances from the top of the card down, as the extender places them
+                    placement = MigPlacement(start=6 - p // GPUS_PER_NODE, size=1)
+                    reservation = MigAllocation(
+                        container_index=0, device_index=0, gpu_uuid=gpu, profile="1g.10gb", placement=placement
+                    )
+                    annotations[MIG_ALLOCATIONS] = encode_mig_allocations([reservation])
                 store.create(
                     pods_rt,
                     NAMESPACE,
                     {
                         "apiVersion": "v1",
                         "kind": "Pod",
-                        "metadata": {
-                            "name": f"res-{n}-{p}",
-                            "namespace": NAMESPACE,
-                            "annotations": {VGPU_NODE: name, DEVICES_ALLOCATED: grant, DEVICES_TO_ALLOCATE: grant},
-                        },
+                        "metadata": {"name": f"res-{n}-{p}", "namespace": NAMESPACE, "annotations": annotations},
                         "spec": {"nodeName": name, "containers": [_container(4096)]},
                         "status": {"phase": "Running"},
                     },
@@ -223,19 +262,26 @@ def _pending_pod(p: int, uid: str) -> dict[str, Any]:
 
 
 async def _run(
-    nodes: int, resident: int, filters: int, binds: int, nats: EmbeddedNats, log_dir: Path, use_httpx: bool
+    nodes: int,
+    resident: int,
+    filters: int,
+    binds: int,
+    nats: EmbeddedNats,
+    log_dir: Path,
+    use_httpx: bool,
+    mig_every: int = 0,
 ) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.monotonic()
         pending = 2 * filters + binds
-        emulator = ctx.Process(target=_seed_and_serve, args=(nodes, resident, pending, workdir, ready, stop))
+        emulator = ctx.Process(target=_seed_and_serve, args=(nodes, resident, pending, workdir, ready, stop, mig_every))
         emulator.start()
         kubeconfig, uids = ready.get(timeout=600)
         figures = {"nodes": float(nodes), "resident_per_node": float(resident), "seed_s": time.monotonic() - t0}
         port = _free_port()
-        log_file = (log_dir / f"extender-{nodes}.log").open("w")
+        log_file = (log_dir / f"extender-{nodes}{'-mig' if mig_every else ''}.log").open("w")
         code = "import sys; from hami_extender.main import main; sys.exit(main(sys.argv[1:]))"
         argv = [
             sys.executable,
@@ -267,7 +313,7 @@ async def _run(
                 await _wait_ready(client, nodes, time.monotonic() + 900)
                 figures["sync_s"] = time.monotonic() - t1
                 names = [f"node-{n:05d}" for n in range(nodes)]
-                for count, first in ((1000, 0), (nodes, filters)):
+                for count, first in ((min(1000, nodes), 0), (nodes, filters)):
                     figures.update(await _latency(client, names[:count], range(first, first + filters), uids))
                 figures["binds_per_s"] = await _throughput(client, names, range(2 * filters, pending), nats, uids)
                 return figures
@@ -362,13 +408,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--httpx", action="store_true", help="play kube-scheduler with httpx instead of the lean Go-like client"
     )
+    parser.add_argument(
+        "--mig", action="store_true", help="also run with every tenth node in MIG mode and report both side by side"
+    )
+    parser.add_argument("--nodes", type=int, default=5000, help="cluster size (the figures' keys name it)")
     args = parser.parse_args(argv)
-    nodes, resident, filters, binds = (5000, 1, 60, 60) if args.quick else (5000, RESIDENT_PER_NODE, 400, 400)
+    nodes = args.nodes
+    resident, filters, binds = (1, 60, 60) if args.quick else (RESIDENT_PER_NODE, 400, 400)
     log_dir = Path(tempfile.mkdtemp(prefix="extender-bench-"))
     with EmbeddedNats() as nats:
         figures = run_loop(_run(nodes, resident, filters, binds, nats, log_dir, args.httpx))
+        if args.mig:
+            mig = run_loop(_run(nodes, resident, filters, binds, nats, log_dir, args.httpx, MIG_EVERY))
+            figures.update({f"{k}_mig": v for k, v in mig.items() if k not in ("nodes", "resident_per_node")})
+            for key in [k for k in mig if k.startswith(("filter_p50_ms_", "filter_p99_ms_"))]:
+                stat, size = key.split("_ms_")
+                figures[f"{stat}_mig_ratio_{size}"] = mig[key] / figures[key]
     for key, value in figures.items():
-        print(f"{key:42s} {value:10.3f}", flush=True)
+        print(f"{key:46s} {value:10.3f}", flush=True)
     print(f"(extender logs in {log_dir})")
     summary: dict[str, float | bool | str] = {
         k: round(v, 3) for k, v in figures.items() if k.startswith(("filter_", "handler_", "binds"))
@@ -376,6 +433,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["resident_per_node"] = resident
     summary["quick"] = bool(args.quick)
     summary["client"] = "httpx" if args.httpx else "lean"
+    if args.mig:
+        summary["mig_nodes_percent"] = 100 // MIG_EVERY
     print(json.dumps(summary))
     return 0
 

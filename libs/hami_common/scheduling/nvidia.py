@@ -10,7 +10,9 @@ from typing import Final
 
 from hami_common.annotations.devices import ContainerDevice
 from hami_common.annotations.keys import NVIDIA_VENDOR
+from hami_common.annotations.mig import MigAllocation
 from hami_common.resources import UNSET_PERCENTAGE, DeviceRequest
+from hami_common.scheduling.mig import choose_instance, mask, occupied_mask
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.reason import Reason
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage
@@ -18,7 +20,6 @@ from hami_common.scheduling.vendor import ContainerFit, FitContext
 
 __all__ = ["NVIDIA", "NvidiaVendor", "best_combination", "type_matches", "uuid_matches", "worst_single_card"]
 
-MODE_MIG: Final = "mig"
 FULL_CORES: Final = 100
 
 
@@ -77,15 +78,25 @@ class NvidiaVendor:
         return self.word.lower() in dev.type.lower()
 
     def fit(self, devices: Sequence[DeviceUsage], request: DeviceRequest, ctx: FitContext) -> ContainerFit:
-        """Walk ``devices`` from the end; the first ``nums`` cards that pass every check are granted."""
+        """Walk ``devices`` from the end; the first ``nums`` cards that pass every check are granted.
+
+        A card in MIG mode grants a MIG instance: the smallest allowed profile that holds the memory, at a
+        free placement (:mod:`.mig`), and the grant carries the profile's memory and cores (§2.6). After a
+        MIG card grants, it is tried again (HAMi's ``i++``), so one container may get several instances of
+        one card; its earlier instances count as taken slices.
+        """
         prefs = ctx.prefs
         topology, mutex = prefs.topology, prefs.mutex
         reasons: Counter[Reason] = Counter()
         nums = request.nums
         cores = request.coresreq
         picked: list[ContainerDevice] = []
+        mig: list[MigAllocation] = []  # the MIG instances among ``picked`` (device_index: position there)
         prev_numa = -1
-        for dev in reversed(devices):
+        i = len(devices)
+        while i > 0:
+            i -= 1
+            dev = devices[i]
             if not dev.health:
                 reasons[Reason.CARD_NOT_HEALTH] += 1
                 continue
@@ -100,6 +111,7 @@ class NvidiaVendor:
                     reasons[Reason.NUMA_NOT_FIT] += len(picked)
                 nums = request.nums
                 picked = []
+                mig = []
                 prev_numa = dev.numa
             if not uuid_matches(dev, prefs):
                 reasons[Reason.CARD_UUID_MISMATCH] += 1
@@ -132,28 +144,72 @@ class NvidiaVendor:
             if dev.totalcore != 0 and dev.usedcores == dev.totalcore and cores == 0:
                 reasons[Reason.CARD_COMPUTE_UNITS_EXHAUSTED] += 1
                 continue
-            if dev.mode == MODE_MIG:  # MIG placement is not implemented: never grant a MIG card
-                reasons[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
-                continue
+            instance: MigAllocation | None = None
+            if dev.is_mig:
+                taken = occupied_mask(dev.mig_instances)
+                for earlier in mig:
+                    if earlier.gpu_uuid == dev.id:
+                        taken |= mask(earlier.placement)
+                choice = choose_instance(dev.mig_profiles, taken, memreq)
+                if choice is None:
+                    reasons[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
+                    continue
+                profile = choice.profile
+                grant = ContainerDevice(uuid=dev.id, type=self.word, usedmem=profile.memory_mb, usedcores=profile.core)
+                instance = MigAllocation(
+                    container_index=0,
+                    device_index=len(picked),
+                    gpu_uuid=dev.id,
+                    profile=profile.name,
+                    placement=choice.placement,
+                )
+            again = False
             if nums > 0:
                 if not topology:
                     nums -= 1
+                if instance is not None:
+                    mig.append(instance)
+                    again = True  # the same MIG card next: it may hold another instance
                 picked.append(grant)
             if nums == 0 and not topology:
-                return ContainerFit(devices=tuple(picked), checked=len(devices))
+                return ContainerFit(devices=tuple(picked), mig=tuple(mig), checked=len(devices))
+            if again:
+                i += 1
         if topology and picked:
             if len(picked) == request.nums:
-                return ContainerFit(devices=tuple(picked), checked=len(devices))
+                return ContainerFit(devices=tuple(picked), mig=tuple(mig), checked=len(devices))
             if len(picked) > request.nums:
                 if request.nums == 1:
                     chosen: tuple[ContainerDevice, ...] = (worst_single_card(ctx.node, picked),)
                 else:
                     chosen = best_combination(ctx.node, picked, request.nums)
                 if chosen:
-                    return ContainerFit(devices=chosen, checked=len(devices))
+                    return ContainerFit(devices=chosen, mig=_instances_of(chosen, picked, mig), checked=len(devices))
         if picked:
             reasons[Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST] = len(picked)
         return ContainerFit(rejected=dict(reasons), checked=len(devices))
+
+
+def _instances_of(
+    chosen: Sequence[ContainerDevice], picked: Sequence[ContainerDevice], mig: Sequence[MigAllocation]
+) -> tuple[MigAllocation, ...]:
+    """The MIG instances of the ``chosen`` subset of ``picked``, renumbered by their place in ``chosen``."""
+    by_position = {m.device_index: m for m in mig}
+    positions = {id(d): n for n, d in enumerate(picked)}
+    out = []
+    for n, d in enumerate(chosen):
+        found = by_position.get(positions[id(d)])
+        if found is not None:
+            out.append(
+                MigAllocation(
+                    container_index=0,
+                    device_index=n,
+                    gpu_uuid=found.gpu_uuid,
+                    profile=found.profile,
+                    placement=found.placement,
+                )
+            )
+    return tuple(out)
 
 
 NVIDIA: Final = NvidiaVendor()

@@ -12,8 +12,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from hami_common.annotations.devices import ContainerDevice, PodDevices
+import msgspec
+
+from hami_common.annotations.devices import ContainerDevices, PodDevices
+from hami_common.annotations.mig import MigAllocation
+from hami_common.annotations.registration import MODE_MIG
 from hami_common.resources import DeviceRequest, PodRequest
+from hami_common.scheduling.mig import BookedInstance
 from hami_common.scheduling.nvidia import NVIDIA
 from hami_common.scheduling.policy import NodePolicy, PodPreferences
 from hami_common.scheduling.quota import NamespaceQuota
@@ -35,6 +40,7 @@ class NodeFit:
     score: float = 0.0
     grants: PodDevices = ()
     init_count: int = 0
+    mig: tuple[MigAllocation, ...] = ()  # the MIG instances among ``grants`` (hami.io/vgpu-mig-allocations)
     rejected: Mapping[Reason, int] = field(default_factory=dict)
     checked: int = 0
     unresolvable: bool = False
@@ -51,7 +57,7 @@ class NodeFit:
     @property
     def charges(self) -> tuple[DeviceCharge, ...]:
         """What the pod books on the node, init containers collapsed against app containers (§4.9)."""
-        return collapse_devices(self.grants[: self.init_count], self.grants[self.init_count :])
+        return collapse_devices(self.grants[: self.init_count], self.grants[self.init_count :], self.mig)
 
 
 def unregistered(node: str) -> NodeFit:
@@ -71,16 +77,30 @@ def fit_container(
     weights = ctx.prefs.weights
     ordered = sort_devices([(d, device_score(d, (request,), weights)) for d in devices], ctx.prefs)
     own = [d for d in ordered if vendor.owns(d)]
-    if request.nums > len(own):
+    if request.nums > len(own) and not _may_cut(own, ctx):
         return ContainerFit(rejected={Reason.NODE_INSUFFICIENT_DEVICE: 1}, checked=len(own))
     return vendor.fit(own, request, ctx)
 
 
-def _granted(devices: list[DeviceUsage], grants: Sequence[ContainerDevice]) -> None:
+def _may_cut(devices: Sequence[DeviceUsage], ctx: FitContext) -> bool:
+    """HAMi's ``isMIGRequest``: a MIG card may hold several of the container's instances, so more cards than
+    the node has may be asked for, unless the pod's ``nvidia.com/vgpu-mode`` rules MIG out."""
+    mode = ctx.prefs.vgpu_mode
+    return (mode is None or MODE_MIG in mode) and any(d.is_mig for d in devices)
+
+
+def _granted(devices: list[DeviceUsage], fit: ContainerFit, instances_only: bool = False) -> None:
+    """Book the container's grants on ``devices``; ``instances_only``: its MIG slices alone."""
     position = {d.id: i for i, d in enumerate(devices)}
-    for g in grants:
+    instance_at = {m.device_index: BookedInstance(profile=m.profile, placement=m.placement) for m in fit.mig}
+    for n, g in enumerate(fit.devices):
         i = position[g.uuid]
-        devices[i] = devices[i].with_grant(g.usedmem, g.usedcores)
+        instance = instance_at.get(n)
+        if instances_only:
+            if instance is not None:
+                devices[i] = devices[i].with_instances((instance,))
+        else:
+            devices[i] = devices[i].with_grant(g.usedmem, g.usedcores, instance=instance)
 
 
 def fit_node(
@@ -94,7 +114,8 @@ def fit_node(
     vendors: Mapping[str, Vendor] = DEFAULT_VENDORS,
 ) -> NodeFit:
     """HAMi's per-node ``calcScore``; ``score`` may pass the node's score when the caller has it cached."""
-    grants: list[tuple[ContainerDevice, ...]] = []
+    grants: list[ContainerDevices] = []
+    mig: list[MigAllocation] = []
     init_count = len(request.init)
 
     def rejected(fit: ContainerFit) -> NodeFit:
@@ -111,15 +132,20 @@ def fit_node(
             fitting_init=devices_so_far < init_count,
         )
 
+    # Init containers run one at a time, so each is fitted against the node as it is; only their MIG
+    # instances accumulate: an instance outlives its container (it is destroyed with the pod), so no later
+    # container may be placed over it. HAMi fits them against the node as it was, and may overlap the two.
+    current = list(node.devices)
     for req in request.init:
         if req is None:
             grants.append(())
             continue
-        fit = fit_container(node.devices, req, context(len(grants)), vendors)
+        fit = fit_container(current, req, context(len(grants)), vendors)
         if not fit.fits:
             return rejected(fit)
+        mig.extend(msgspec.structs.replace(m, container_index=len(grants)) for m in fit.mig)
         grants.append(fit.devices)
-    current = list(node.devices)
+        _granted(current, fit, instances_only=True)
     for app_req in request.app:
         if app_req is None:
             grants.append(())
@@ -127,13 +153,15 @@ def fit_node(
         fit = fit_container(current, app_req, context(len(grants)), vendors)
         if not fit.fits:
             return rejected(fit)
+        mig.extend(msgspec.structs.replace(m, container_index=len(grants)) for m in fit.mig)
         grants.append(fit.devices)
-        _granted(current, fit.devices)
+        _granted(current, fit)
     return NodeFit(
         node=node.name,
         score=node_score(node.devices) if score is None else score,
         grants=tuple(grants),
         init_count=init_count,
+        mig=tuple(mig),
     )
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from hami_common.annotations.devices import ContainerDevice
+from hami_common.annotations.mig import MigAllocation
 from hami_common.resources import DeviceRequest
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.quota import NamespaceQuota
@@ -26,6 +27,9 @@ class ContainerFit:
     """One container's verdict on one node: the cards granted, or per-card rejection counts."""
 
     devices: tuple[ContainerDevice, ...] = ()
+    # the MIG instances among ``devices``: ``device_index`` is the position there, ``container_index`` is 0
+    # until the pod's fit (:func:`..placement.fit_node`) places the container
+    mig: tuple[MigAllocation, ...] = ()
     rejected: Mapping[Reason, int] = field(default_factory=dict)
     checked: int = 0  # cards passed to the fit: the ``n`` of ``k/n Reason``
 

@@ -116,7 +116,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             pods = WatchCache(pod_source(kube), backoff=backoff, name="pods")
             nodes = WatchCache(node_source(kube, label_selector=s.node_label_selector), backoff=backoff, name="nodes")
             quotas = WatchCache(quota_source(kube), backoff=backoff, name="resourcequotas")
-            ledger = Ledger()
+            ledger = Ledger(mig_allowlist=s.device_config().mig_profile_allowlist)
             notices = NoticeQueue()
             publisher = PlacementPublisher(timeout=s.publish_timeout)
             filter_times = FilterTimes()

@@ -94,6 +94,7 @@ def placement_of(pod: Pod, booking: Booking, bind_time: datetime, config: Resour
                     PlacedDevice(uuid=g.uuid, type=g.type, usedmem_mib=g.usedmem, usedcores=g.usedcores) for g in grants
                 ),
                 priority=req.priority if req is not None else None,
+                mig=tuple(m for m in booking.mig if m.container_index == i),
             )
         )
     return PlacementDecision(

@@ -13,7 +13,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from hami_common.annotations import DeviceInfo, PodDevices
+from hami_common.annotations import DeviceInfo, MigAllocation, PodDevices
 from hami_common.scheduling import (
     DeviceCharge,
     NamespaceQuota,
@@ -22,6 +22,7 @@ from hami_common.scheduling import (
     device_usage_from,
     node_score,
 )
+from hami_common.scheduling.mig import AllowlistEntry
 
 __all__ = ["Booking", "Ledger", "LedgerState", "NodeView", "Registration"]
 
@@ -39,7 +40,11 @@ class Registration:
 
 @dataclass(frozen=True, slots=True)
 class Booking:
-    """One pod's hold on one node: its grants per container (init first) and the collapsed charges."""
+    """One pod's hold on one node: its grants per container (init first) and the collapsed charges.
+
+    A pod on MIG cards also holds instances: ``mig`` are its reservations (``hami.io/vgpu-mig-allocations``)
+    and each charge carries the instances on its card, so booking and releasing the charges books and frees
+    their placements."""
 
     uid: str
     namespace: str
@@ -48,6 +53,7 @@ class Booking:
     grants: PodDevices
     init_count: int
     charges: tuple[DeviceCharge, ...]
+    mig: tuple[MigAllocation, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +65,14 @@ class NodeView:
     free_cards: int  # healthy, uncordoned cards with a free slot
     max_free_memory: int  # MiB, over those cards
     max_free_cores: int
+    free_mig_cards: int = 0  # of those, the cards in MIG mode
 
     def may_fit(self, nums: int, memreq: int, cores: int) -> bool:
-        """A sound pre-filter: False only when no card set could satisfy one container's request."""
+        """A sound pre-filter: False only when no card set could satisfy one container's request.
+
+        A MIG card may hold several of one container's instances, so a node with one asks no card count."""
         return (
-            nums <= self.free_cards
+            (nums <= self.free_cards or self.free_mig_cards > 0)
             and memreq <= self.max_free_memory
             and min(cores, _FULL_CORES) <= (self.max_free_cores)
         )
@@ -77,6 +86,7 @@ def _view(usage: NodeUsage) -> NodeView:
         free_cards=len(free),
         max_free_memory=max((d.free_memory for d in free), default=-1),
         max_free_cores=max((d.totalcore - d.usedcores for d in free), default=-1),
+        free_mig_cards=sum(1 for d in free if d.is_mig),
     )
 
 
@@ -90,9 +100,13 @@ class LedgerState:
 
 
 class Ledger:
-    """Not thread-safe: used from the event loop only, and never across an ``await``."""
+    """Not thread-safe: used from the event loop only, and never across an ``await``.
 
-    def __init__(self) -> None:
+    ``mig_allowlist`` is the device config's ``migProfileAllowlist``: a MIG card offers the profiles it
+    allows for the card's model (all of them when it names none)."""
+
+    def __init__(self, mig_allowlist: Sequence[AllowlistEntry] = ()) -> None:
+        self.mig_allowlist: tuple[AllowlistEntry, ...] = tuple(mig_allowlist)
         self._registrations: dict[str, Registration] = {}
         self._views: dict[str, NodeView] = {}
         self._order: list[tuple[float, str]] = []  # (score, node), ascending: Filter's visiting order
@@ -122,7 +136,7 @@ class Ledger:
         registration = self._registrations[node]
         usage = NodeUsage(
             name=node,
-            devices=tuple(device_usage_from(d) for d in registration.devices),
+            devices=tuple(device_usage_from(d, self.mig_allowlist) for d in registration.devices),
             pair_scores=registration.pair_scores,
             cordoned=registration.cordoned,
         )

@@ -23,9 +23,11 @@ from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
     GRANT_SIGNATURE,
+    MIG_ALLOCATIONS,
     TRACE_CONTEXT,
     VGPU_NODE,
     VGPU_TIME,
+    encode_mig_allocations,
     encode_pod_devices,
     encode_unix_seconds,
 )
@@ -169,6 +171,7 @@ class Placer:
             grants=chosen.grants,
             init_count=chosen.init_count,
             charges=chosen.charges,
+            mig=chosen.mig,
         )
         self.ledger.book(booking)  # reserve before the patch: a concurrent Filter sees these cards taken
         encoded = encode_pod_devices(chosen.grants)
@@ -178,8 +181,12 @@ class Placer:
             DEVICES_TO_ALLOCATE: encoded,
             DEVICES_ALLOCATED: encoded,
         }
+        if chosen.mig:
+            changes[MIG_ALLOCATIONS] = encode_mig_allocations(chosen.mig)
+        elif MIG_ALLOCATIONS in meta.annotations:
+            changes[MIG_ALLOCATIONS] = None  # an earlier Filter's reservations, on another node or card
         if self.grant_key is not None:
-            changes[GRANT_SIGNATURE] = self.grant_key.sign(meta.uid, chosen.node, encoded)
+            changes[GRANT_SIGNATURE] = self.grant_key.sign(meta.uid, chosen.node, encoded, chosen.mig)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.patch_timeout):
@@ -245,7 +252,7 @@ class Placer:
                 continue
             usage = NodeUsage(
                 name=name,
-                devices=tuple(device_usage_from(d) for d in registration.devices),
+                devices=tuple(device_usage_from(d, self.ledger.mig_allowlist) for d in registration.devices),
                 pair_scores=registration.pair_scores,
                 cordoned=registration.cordoned,
             )

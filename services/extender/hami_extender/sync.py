@@ -19,9 +19,12 @@ from hami_common.annotations import (
     BIND_PHASE_FAILED,
     BIND_PHASE_SUCCESS,
     DEVICES_ALLOCATED,
+    MIG_ALLOCATIONS,
     NODE_REGISTER,
     NODE_SCORE,
     VGPU_NODE,
+    MigAllocation,
+    decode_mig_allocations,
     decode_node_devices,
     decode_pair_scores,
     decode_pod_devices,
@@ -69,7 +72,11 @@ def _init_done(pod: Pod) -> bool:
 
 
 def booking_from(pod: Pod) -> Booking | None:
-    """What the pod holds according to its annotations; None when it holds nothing (any more)."""
+    """What the pod holds according to its annotations; None when it holds nothing (any more).
+
+    A MIG pod also holds the instances of ``hami.io/vgpu-mig-allocations``, all of them until the pod
+    finishes: an instance lives as long as its pod, a finished init container's too. Raises
+    ``AnnotationError`` when either annotation does not decode."""
     meta = pod.metadata
     node = meta.annotations.get(VGPU_NODE)
     allocated = meta.annotations.get(DEVICES_ALLOCATED)
@@ -81,6 +88,10 @@ def booking_from(pod: Pod) -> Booking | None:
     init, app = grants[:init_count], grants[init_count:]
     if _init_done(pod):
         init = ()
+    mig: tuple[MigAllocation, ...] = ()
+    mig_text = meta.annotations.get(MIG_ALLOCATIONS)
+    if mig_text:
+        mig = decode_mig_allocations(mig_text)
     return Booking(
         uid=meta.uid,
         namespace=meta.namespace,
@@ -88,7 +99,8 @@ def booking_from(pod: Pod) -> Booking | None:
         node=node,
         grants=grants,
         init_count=init_count,
-        charges=collapse_devices(init, app),
+        charges=collapse_devices(init, app, mig),
+        mig=mig,
     )
 
 
