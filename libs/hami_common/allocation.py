@@ -20,6 +20,12 @@ The answer is HAMi's (hami-protocol §5.4, §9 item 10):
 
 The host-side effects (create the cache directory, write the limits file) are described by
 :class:`ContainerAllocation` and performed by the caller (``hami_common.staging.write_host_files``).
+
+A container granted MIG instances (its grant carries ``hami.io/vgpu-mig-allocations`` reservations) gets
+HAMi's MIG answer instead (§5.4): the MIG devices' UUIDs as ``NVIDIA_VISIBLE_DEVICES`` (and CDI names where
+configured), and none of the HAMi-core variables, mounts or host files. Those UUIDs exist only once the
+device plugin has created the instances, so :func:`build_container` returns the answer without them
+(``pending_mig``), and the plugin completes it at Allocate with :func:`mig_answer`.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from typing import Final
 import msgspec
 
 from hami_common import envvars
-from hami_common.annotations import PodDevices
+from hami_common.annotations import MigAllocation, PodDevices
 from hami_common.errors import InvalidInput
 from hami_common.events import PlacementDecision
 
@@ -53,6 +59,8 @@ __all__ = [
     "from_annotation",
     "from_placement",
     "is_true",
+    "mig_answer",
+    "pair_mig",
     "render_limits",
     "task_priority",
 ]
@@ -103,13 +111,21 @@ class ContainerAllocation(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     device_uuids: tuple[str, ...]  # one per granted device, in annotation order
     response: ContainerResponse
-    cache_dir: str  # host directory, created world-writable (the interposer runs as any user)
+    cache_dir: str  # host directory, created world-writable (the interposer runs as any user); "" for MIG
     limits_host_path: str
     limits_content: str
+    # MIG containers only: one reservation per device, in device order; realised (runtime ids set) once the
+    # plugin has created the instances and completed the answer (:func:`mig_answer`).
+    mig: tuple[MigAllocation, ...] = ()
 
     @property
     def device_count(self) -> int:
         return len(self.device_uuids)
+
+    @property
+    def pending_mig(self) -> bool:
+        """A MIG answer whose instances are not created yet: not to be sent as it is."""
+        return any(not m.realised for m in self.mig)
 
 
 # --- the inputs --------------------------------------------------------------------------------------------
@@ -146,6 +162,7 @@ class ContainerGrant:
     devices: tuple[GrantedDevice, ...]
     priority: int | None = None
     disable_control: bool = False  # the container's env sets CUDA_DISABLE_CONTROL to true
+    mig: tuple[MigAllocation, ...] = ()  # MIG reservations of this container, one per device, in device order
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,10 +192,31 @@ def from_placement(decision: PlacementDecision, *, disable_control: Collection[s
                 devices=tuple(GrantedDevice(d.uuid, d.usedmem_mib, d.usedcores) for d in c.devices),
                 priority=c.priority,
                 disable_control=c.name in disable_control,
+                mig=pair_mig(decision.pod_uid, c.name, [d.uuid for d in c.devices], c.mig),
             )
             for c in decision.containers
         ),
     )
+
+
+def pair_mig(pod: str, container: str, uuids: Sequence[str], mig: Sequence[MigAllocation]) -> tuple[MigAllocation, ...]:
+    """One container's reservations in device order; InvalidInput unless there is exactly one for each
+    device, on that device's GPU (or none at all: not a MIG container)."""
+    if not mig:
+        return ()
+    by_device = sorted(mig, key=lambda m: m.device_index)
+    if [m.device_index for m in by_device] != list(range(len(uuids))):
+        raise InvalidInput(
+            f"pod {pod} container {container}: MIG reservations for devices "
+            f"{[m.device_index for m in by_device]}, but it was granted {len(uuids)} device(s)"
+        )
+    for m, granted in zip(by_device, uuids, strict=True):
+        if m.gpu_uuid != granted:
+            raise InvalidInput(
+                f"pod {pod} container {container}: MIG reservation of device {m.device_index} is on "
+                f"{m.gpu_uuid}, the device granted is {granted}"
+            )
+    return tuple(by_device)
 
 
 def from_annotation(
@@ -190,17 +228,23 @@ def from_annotation(
     devices: PodDevices,
     priorities: Mapping[str, int] | None = None,
     disable_control: Collection[str] = (),
+    mig: Sequence[MigAllocation] = (),
 ) -> PodGrant:
     """Pair a decoded device list with the pod's containers (init first), as HAMi lists them.
 
     The decoder's extra empty entry after the trailing ``;`` is dropped; a device entry for a container
-    the pod does not have raises :class:`InvalidInput`.
+    the pod does not have raises :class:`InvalidInput`. ``mig`` (the decoded ``hami.io/vgpu-mig-allocations``)
+    is paired by ``containerIndex``, the container's place in that same order; a reservation that names
+    no container, or does not match the container's device list, raises :class:`InvalidInput`.
     """
     extra = devices[len(container_names) :]
     if any(extra):
         raise InvalidInput(
             f"pod {namespace}/{name}: device list grants devices to more than its {len(container_names)} containers"
         )
+    stray = sorted({m.container_index for m in mig if m.container_index >= len(container_names)})
+    if stray:
+        raise InvalidInput(f"pod {namespace}/{name}: MIG reservations for containers {stray} it does not have")
     prio = priorities or {}
     grants = []
     for i, ctr in enumerate(container_names):
@@ -211,6 +255,9 @@ def from_annotation(
                 devices=tuple(GrantedDevice(d.uuid, d.usedmem, d.usedcores) for d in entry),
                 priority=prio.get(ctr),
                 disable_control=ctr in disable_control,
+                mig=pair_mig(
+                    f"{namespace}/{name}", ctr, [d.uuid for d in entry], [m for m in mig if m.container_index == i]
+                ),
             )
         )
     return PodGrant(pod_uid=pod_uid, namespace=namespace, name=name, containers=tuple(grants))
@@ -273,6 +320,17 @@ def build_container(pod_uid: str, grant: ContainerGrant, config: NodeAllocationC
     """The Allocate answer for one container that was granted at least one device."""
     if not grant.devices:
         raise InvalidInput(f"container {grant.name} of pod {pod_uid} was granted no device")
+    if grant.mig:
+        # MIG: the device list is the instances' UUIDs, known once the plugin has created them (mig_answer)
+        return ContainerAllocation(
+            name=grant.name,
+            device_uuids=tuple(d.uuid for d in grant.devices),
+            response=ContainerResponse(envs={}),
+            cache_dir="",
+            limits_host_path="",
+            limits_content="",
+            mig=grant.mig,
+        )
     slot = f"{_safe(pod_uid, 'pod UID')}_{_safe(grant.name, 'container name')}"
     vgpu = config.vgpu_dir
     cache_id = uuid.uuid5(_CACHE_NAMESPACE, slot)  # stable: a redelivered placement stages the same answer
@@ -300,6 +358,24 @@ def build_container(pod_uid: str, grant: ContainerGrant, config: NodeAllocationC
         cache_dir=cache_dir,
         limits_host_path=limits_host_path,
         limits_content=render_limits(envs),
+    )
+
+
+def mig_answer(
+    allocation: ContainerAllocation, realised: Sequence[MigAllocation], config: NodeAllocationConfig
+) -> ContainerAllocation:
+    """A MIG container's answer once its instances exist: ``realised`` are its reservations with their
+    runtime ids, in device order. The MIG UUIDs are the device list, as HAMi's plugin answers (§5.4);
+    nothing of HAMi-core (no limits, no interposer, no host files): the hardware partition is the limit."""
+    expected = [(m.device_index, m.gpu_uuid, m.profile, m.placement) for m in allocation.mig]
+    got = [(m.device_index, m.gpu_uuid, m.profile, m.placement) for m in realised]
+    if not allocation.mig or got != expected or not all(m.mig_uuid for m in realised):
+        raise InvalidInput(f"container {allocation.name}: the instances created do not match its MIG reservations")
+    mig_uuids = tuple(m.mig_uuid for m in realised if m.mig_uuid)
+    envs = {envvars.NVIDIA_VISIBLE_DEVICES: ",".join(mig_uuids)}
+    cdi = tuple(f"{config.cdi_kind}={u}" for u in mig_uuids) if config.cdi_kind else ()
+    return msgspec.structs.replace(
+        allocation, response=ContainerResponse(envs=envs, cdi_devices=cdi), mig=tuple(realised)
     )
 
 

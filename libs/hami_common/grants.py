@@ -10,6 +10,15 @@ only when the signature verifies for that pod UID, that node and that device lis
 The signature is ``v1.`` + base64url(HMAC-SHA256(key, "hami-grant-v1" NUL uid NUL node NUL devices)),
 ``devices`` being the exact ``hami.io/vgpu-devices-allocated`` value. The UID binds it to one pod object (a
 copy onto another pod does not verify), the node to one node.
+
+A MIG grant also carries ``hami.io/vgpu-mig-allocations``, whose profile and placement decide which instance
+the device plugin creates. The scheduler writes that part, the device plugin adds each entry's runtime ids
+(``migUUID``, ``gpuInstanceID``, ``computeInstanceID``) after Allocate, so the signature covers exactly the
+scheduler-written fields (containerIndex, deviceIndex, gpuUUID, profile, placement), in the annotation's
+order: a legitimately patched annotation still verifies, a changed profile or placement does not. Such a
+grant is signed over a different domain, ``"hami-grant-v1-mig"``, with the four fields as one JSON array,
+so no value can be moved from one field into another, and a MIG grant can never pass for a plain one (or
+the other way round) by adding or dropping the annotation.
 """
 
 from __future__ import annotations
@@ -19,26 +28,33 @@ import dataclasses
 import hashlib
 import hmac
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
+
+import msgspec
 
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
     GRANT_SIGNATURE,
+    MIG_ALLOCATIONS,
     VGPU_NODE,
+    MigAllocation,
+    decode_mig_allocations,
     decode_pod_devices,
 )
 from hami_common.errors import AnnotationError, InvalidInput
 from hami_common.settings import setting
 
-__all__ = ["MIN_KEY_BYTES", "GrantKey", "GrantSettings", "unverified_reason"]
+__all__ = ["MIN_KEY_BYTES", "GrantKey", "GrantSettings", "mig_signed_part", "unverified_reason"]
 
 MIN_KEY_BYTES: Final = 32
 _VERSION: Final = "v1."
 _DOMAIN: Final = b"hami-grant-v1"
+_MIG_DOMAIN: Final = b"hami-grant-v1-mig"
+_JSON: Final = msgspec.json.Encoder()
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +78,30 @@ class GrantKey:
             raise InvalidInput(f"grant key file {path}: {err.strerror or err}") from err
         return cls(secret)
 
-    def sign(self, uid: str, node: str, devices: str) -> str:
-        return _VERSION + base64.urlsafe_b64encode(self._mac(uid, node, devices)).decode().rstrip("=")
+    def sign(self, uid: str, node: str, devices: str, mig: Sequence[MigAllocation] = ()) -> str:
+        """The signature of a grant; ``mig``: the pod's MIG reservations (only their scheduler-written fields
+        are signed, so passing them before or after the device plugin added its runtime ids is the same)."""
+        return _VERSION + base64.urlsafe_b64encode(self._mac(uid, node, devices, mig)).decode().rstrip("=")
 
-    def verifies(self, signature: str, uid: str, node: str, devices: str) -> bool:
+    def verifies(self, signature: str, uid: str, node: str, devices: str, mig: Sequence[MigAllocation] = ()) -> bool:
         if not signature.startswith(_VERSION):
             return False
-        expected = self.sign(uid, node, devices)
+        expected = self.sign(uid, node, devices, mig)
         return hmac.compare_digest(expected.encode(), signature.encode())
 
-    def _mac(self, uid: str, node: str, devices: str) -> bytes:
-        message = b"\0".join((_DOMAIN, uid.encode(), node.encode(), devices.encode()))
+    def _mac(self, uid: str, node: str, devices: str, mig: Sequence[MigAllocation]) -> bytes:
+        if mig:
+            message = b"\0".join((_MIG_DOMAIN, _JSON.encode([uid, node, devices, mig_signed_part(mig)])))
+        else:  # unchanged since before MIG: grants signed by an older scheduler still verify
+            message = b"\0".join((_DOMAIN, uid.encode(), node.encode(), devices.encode()))
         return hmac.new(self.secret, message, hashlib.sha256).digest()
+
+
+def mig_signed_part(mig: Sequence[MigAllocation]) -> list[tuple[int, int, str, str, int, int]]:
+    """The scheduler-written fields of each reservation, in order: what a MIG grant's signature covers."""
+    return [
+        (m.container_index, m.device_index, m.gpu_uuid, m.profile, m.placement.start, m.placement.size) for m in mig
+    ]
 
 
 @dataclasses.dataclass(frozen=True)  # no slots: combined with other settings bases
@@ -94,9 +122,10 @@ class GrantSettings:
 def unverified_reason(key: GrantKey | None, uid: str, annotations: Mapping[str, str]) -> str:
     """Why the pod's annotation grant must not be served; empty when it may.
 
-    It may when the signature verifies over the pod's UID, ``hami.io/vgpu-node`` and
-    ``hami.io/vgpu-devices-allocated``, and every entry left in ``hami.io/vgpu-devices-to-allocate`` is the
-    signed entry at the same place (the device plugin only empties entries as it serves them).
+    It may when the signature verifies over the pod's UID, ``hami.io/vgpu-node``,
+    ``hami.io/vgpu-devices-allocated`` and the scheduler-written part of ``hami.io/vgpu-mig-allocations`` (when
+    present), and every entry left in ``hami.io/vgpu-devices-to-allocate`` is the signed entry at the same
+    place (the device plugin only empties entries as it serves them).
     """
     if key is None:
         return "no grant key is configured, so annotation-only allocations are refused"
@@ -105,7 +134,13 @@ def unverified_reason(key: GrantKey | None, uid: str, annotations: Mapping[str, 
     allocated = annotations.get(DEVICES_ALLOCATED, "")
     if not signature:
         return f"the grant carries no {GRANT_SIGNATURE} signature"
-    if not key.verifies(signature, uid, node, allocated):
+    mig: tuple[MigAllocation, ...] = ()
+    if MIG_ALLOCATIONS in annotations:
+        try:
+            mig = decode_mig_allocations(annotations[MIG_ALLOCATIONS])
+        except AnnotationError as err:
+            return f"the grant's MIG reservations do not decode: {err}"
+    if not key.verifies(signature, uid, node, allocated, mig):
         return f"the {GRANT_SIGNATURE} signature does not match the pod's grant"
     try:
         signed = decode_pod_devices(allocated, DEVICES_ALLOCATED)

@@ -15,6 +15,10 @@ Both sides of one directory (``HAMI_STAGING_DIR``, default ``/var/lib/hami/stagi
 
 :func:`write_host_files` creates what an answer needs on the host (cache directory, limits file); ``put``
 does it for every staged container, off the plugin's critical path.
+
+A MIG container's entry is staged without its device list (``ContainerAllocation.pending_mig``): the MIG
+UUIDs exist only once the device plugin has created the instances at Allocate, which then completes the
+answer (``hami_common.allocation.mig_answer``). It has no host files.
 """
 
 from __future__ import annotations
@@ -319,13 +323,18 @@ class StagingStore:
 
 
 def has_host_files(allocation: ContainerAllocation) -> bool:
-    """Whether the host files of ``allocation`` are in place (two ``stat`` calls)."""
+    """Whether the host files of ``allocation`` are in place (two ``stat`` calls); a MIG answer has none."""
+    if allocation.mig:
+        return True
     return os.path.isdir(allocation.cache_dir) and os.path.isfile(allocation.limits_host_path)
 
 
 def write_host_files(allocation: ContainerAllocation) -> None:
     """Create the container's cache directory (world-writable, as HAMi does) and its read-only limits
-    file. Idempotent; raises ``OSError`` when the host paths cannot be written."""
+    file. Idempotent; raises ``OSError`` when the host paths cannot be written. A MIG answer mounts
+    nothing, so nothing is written for it."""
+    if allocation.mig:
+        return
     cache = Path(allocation.cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
     os.chmod(cache, 0o777)  # processes of any uid in the container share the cache file

@@ -20,6 +20,7 @@ from hami_common.annotations import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
     GRANT_SIGNATURE,
+    MIG_ALLOCATIONS,
     VGPU_NODE,
 )
 from hami_common.resources import GPU, GPU_MEMORY
@@ -201,3 +202,25 @@ def test_the_node_account_writes_only_its_own_node_and_the_pods_bound_to_it(
     assert "no node-name claim" in message
     _refused(lambda: plane.request_as(unbound, "PATCH", "/api/v1/nodes/p1", node_mark, MERGE))
     assert plane.request_as(unbound, "GET", "/api/v1/nodes/p2")["metadata"]["name"] == "p2"
+
+
+def test_the_node_account_records_mig_ids_on_its_own_pods_only_and_a_tenant_cannot(
+    plane: ControlPlane, policies: dict[str, str]
+) -> None:
+    """The scheduler writes ``hami.io/vgpu-mig-allocations``; the allocator of the pod's node adds the ids of
+    the instances it created (hami-protocol §2.6). Another node's account and the tenant may not touch it."""
+    reserved = (
+        '[{"containerIndex":0,"deviceIndex":0,"gpuUUID":"GPU-0","profile":"1g.10gb","placement":{"start":6,"size":1}}]'
+    )
+    realised = reserved[:-2] + ',"migUUID":"MIG-0","gpuInstanceID":13,"computeInstanceID":0}]'
+    tenant, scheduler, mine = policies["tenant"], policies["scheduler"], policies["node-p1"]
+    for name, node in (("mig-on-p1", "p1"), ("mig-on-p2", "p2")):
+        plane.create("", "v1", "pods", TENANT_NS, _pod(name, gpu=False, node=node))
+        _patch(plane, scheduler, name, {"metadata": {"annotations": {MIG_ALLOCATIONS: reserved}}})
+    ids = {"metadata": {"annotations": {MIG_ALLOCATIONS: realised}}}
+    _patch(plane, mine, "mig-on-p1", ids)
+    assert "may write only pods bound to that node" in _refused(lambda: _patch(plane, mine, "mig-on-p2", ids))
+    message = _refused(lambda: _patch(plane, tenant, "mig-on-p2", ids))
+    assert MIG_ALLOCATIONS in message
+    stored = plane.request("GET", f"/api/v1/namespaces/{TENANT_NS}/pods/mig-on-p1")["metadata"]["annotations"]
+    assert stored[MIG_ALLOCATIONS] == realised

@@ -5,6 +5,11 @@ N devices; without one, fall back to HAMi's way (the pending pod's annotation, :
 serialised (HAMi's ``applyMutex``): each one consumes a position in a pod's container order. The answer's
 host files are written before it is returned; everything the apiserver and the bus must learn is handed
 to :class:`.followup.FollowUp` and happens after the reply.
+
+On a node in MIG mode a container granted MIG instances gets them created before the answer (:mod:`.mig`),
+whichever path served it; the answer names the instances, and the follow-up writes their ids back into
+``hami.io/vgpu-mig-allocations``. A staged entry that lacks the reservations (a placement from a scheduler
+that did not send them) takes them from the pod's signed annotation, as the watch holds it.
 """
 
 from __future__ import annotations
@@ -18,15 +23,27 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+import msgspec
+
 from hami_allocator.followup import FollowUp, Served
 from hami_allocator.inventory import GpuSource, VirtualDevice, virtual_devices
+from hami_allocator.mig import MigInstances, Reclaimed
 from hami_allocator.pending import BrokenPod, NodePods, PodLike, next_pending, next_uuids
 from hami_common import logkeys, spans
-from hami_common.allocation import ContainerAllocation, NodeAllocationConfig, build_container
-from hami_common.errors import InvalidInput, NotFound, TransientError
-from hami_common.grants import GrantKey
+from hami_common.allocation import (
+    ContainerAllocation,
+    ContainerResponse,
+    NodeAllocationConfig,
+    build_container,
+    mig_answer,
+    pair_mig,
+)
+from hami_common.annotations import MIG_ALLOCATIONS, decode_mig_allocations
+from hami_common.errors import AnnotationError, InvalidInput, NotFound, TransientError
+from hami_common.grants import GrantKey, unverified_reason
+from hami_common.inventory import MigRefused
 from hami_common.resources import GPU_PRIORITY
-from hami_common.staging import ClaimOutcome, StagingStore, has_host_files, write_host_files
+from hami_common.staging import Claim, ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
 __all__ = ["Allocator", "GoneSet"]
@@ -68,6 +85,7 @@ class Allocator:
         fallback_timeout: float = 10.0,
         grant_key: GrantKey | None = None,
         priority_name: str = GPU_PRIORITY,
+        mig: MigInstances | None = None,
     ) -> None:
         if split < 1:
             raise ValueError("device split count must be at least 1")
@@ -82,7 +100,12 @@ class Allocator:
         self.grant_key = grant_key  # None: no annotation-only allocation is served (fail closed)
         self.priority_name = priority_name  # resourcePriorityName of the device config
         self.known_pods: Callable[[], Iterable[PodLike]] = tuple  # the node's pods, as a watch holds them
+        # Whether ``known_pods`` is complete (a watch has synced): until then, and without a watch (staged-only
+        # operation), no MIG instance is judged unowned: who owns what cannot be told.
+        self.known_pods_synced: Callable[[], bool] = lambda: False
         self.gone = GoneSet()
+        self.pod_ended = GoneSet()  # deleted or Succeeded/Failed: their MIG instances may go (not merely deleting)
+        self.mig = mig  # None: this node is not in MIG mode
         # Names of the containers served per pod, kept until the pod is gone: whether a pod listing shows an
         # entry erased or not yet, a served container is never offered again.
         self.inflight: dict[str, set[str]] = {}
@@ -119,6 +142,24 @@ class Allocator:
         """The pod is gone: never serve it, forget which of its containers were served."""
         self.gone.add(uid)
         self.inflight.pop(uid, None)
+
+    def ended(self, uid: str) -> None:
+        """The pod's containers are over (deleted, or Succeeded/Failed): its MIG instances may be destroyed."""
+        self.forget(uid)
+        self.pod_ended.add(uid)
+
+    async def reclaim_mig(self) -> list[Reclaimed]:
+        """Destroy the MIG instances no live pod owns (:meth:`.mig.MigInstances.reclaim`); serialised with
+        Allocate, so an instance is never judged between its creation and its record."""
+        if self.mig is None:
+            return []
+        async with self._lock:
+            return await self._reclaim_locked(self.mig)
+
+    async def _reclaim_locked(self, mig: MigInstances) -> list[Reclaimed]:
+        if not self.known_pods_synced():
+            return []
+        return await asyncio.to_thread(mig.reclaim, list(self.known_pods()), self.pod_ended)
 
     # --- Allocate ----------------------------------------------------------------------------------------
 
@@ -163,10 +204,17 @@ class Allocator:
                     staged=True,
                     trace_context=claim.pod.trace_context,
                 )
-                self.served_staged += 1
             else:
                 allocation, served = await self._fallback(len(ids), outcome.problems)
+            if self.mig is not None and outcome.claim is not None and not allocation.mig:
+                allocation = self._staged_reservations(outcome.claim, self.mig)
+            if allocation.mig:
+                allocation = await self._realise(served, allocation)
+                served = dataclasses.replace(served, mig=allocation.mig)
+            if outcome.claim is None:
                 self.served_fallback += 1
+            else:
+                self.served_staged += 1
             try:
                 if not has_host_files(allocation):  # staged entries come with them; the fallback writes them
                     write_host_files(allocation)
@@ -178,6 +226,67 @@ class Allocator:
         elapsed_ns = time.time_ns() - started
         self.latencies_ms[served.staged].append(elapsed_ns / 1e6)
         return allocation, dataclasses.replace(served, started_ns=started, allocate_ns=elapsed_ns)
+
+    async def _realise(self, served: Served, allocation: ContainerAllocation) -> ContainerAllocation:
+        """Create the container's MIG instances and complete its answer. A refusal may come from an instance
+        nobody owns any more (its pod ended while this plugin was away): reclaim, then try once more."""
+        if self.mig is None:
+            raise InvalidInput(
+                f"pod {served.namespace}/{served.name} container {allocation.name} was granted MIG instances, "
+                f"but node {self.node} is not in MIG mode"
+            )
+        mig = self.mig
+        try:
+            try:
+                made = await asyncio.to_thread(mig.realise, served.pod_uid, allocation.mig)
+            except MigRefused:
+                await self._reclaim_locked(mig)
+                made = await asyncio.to_thread(mig.realise, served.pod_uid, allocation.mig)
+        except MigRefused as err:
+            # Not counted as served: the annotation entry stays, and the kubelet's retry takes the fallback.
+            raise TransientError(
+                f"pod {served.namespace}/{served.name} container {allocation.name}: the driver refused a MIG "
+                f"instance: {err}"
+            ) from err
+        return mig_answer(allocation, made, self.config)
+
+    def _staged_reservations(self, claim: Claim, mig: MigInstances) -> ContainerAllocation:
+        """A staged entry without MIG reservations, for GPUs in MIG mode: the placement did not carry them,
+        so they come from the pod's annotation, as the watch holds it and only if the scheduler signed it."""
+        allocation = claim.container
+        if not any(mig.in_mig_mode(u) for u in allocation.device_uuids):
+            return allocation
+        what = f"pod {claim.pod.namespace}/{claim.pod.name} container {allocation.name}"
+        pod = next((p for p in self.known_pods() if p.metadata.uid == claim.pod.pod_uid), None)
+        if pod is None:
+            raise TransientError(f"{what} is on MIG GPUs and its reservations are not known yet")
+        annotations = pod.metadata.annotations
+        refused = unverified_reason(self.grant_key, pod.metadata.uid, annotations)
+        if refused or MIG_ALLOCATIONS not in annotations:
+            raise InvalidInput(f"{what} is on MIG GPUs without a usable reservation: {refused or 'none'}")
+        names = [c.name for c in (*pod.spec.init_containers, *pod.spec.containers)]
+        if allocation.name not in names:
+            raise InvalidInput(f"{what}: the pod has no such container")
+        index = names.index(allocation.name)
+        try:
+            reservations = [
+                m for m in decode_mig_allocations(annotations[MIG_ALLOCATIONS]) if m.container_index == index
+            ]
+        except AnnotationError as err:
+            raise InvalidInput(f"{what}: {err}") from err
+        paired = pair_mig(
+            f"{claim.pod.namespace}/{claim.pod.name}", allocation.name, allocation.device_uuids, reservations
+        )
+        if not paired:
+            raise InvalidInput(f"{what} is on MIG GPUs but has no MIG reservation")
+        return msgspec.structs.replace(
+            allocation,
+            response=ContainerResponse(envs={}),
+            cache_dir="",
+            limits_host_path="",
+            limits_content="",
+            mig=paired,
+        )
 
     def follow_up(self, served: Served) -> None:
         """Record the span and log line of a served container, and hand it to the follow-up worker.

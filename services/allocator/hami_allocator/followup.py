@@ -9,6 +9,9 @@ For each served container, in the order they were served (one worker, FIFO), as 
    by the apiserver and the pod is read again. Conflicts are common here and not contention: the kubelet
    reports the pod's status just as this runs. So a refused write is retried on a fresh read at once,
    not after the usual backoff;
+   A MIG container's instances are recorded in the same guarded patch: each of its reservations in
+   ``hami.io/vgpu-mig-allocations`` gains ``migUUID``, ``gpuInstanceID`` and ``computeInstanceID``, the rest
+   of the annotation as the pod holds it (hami-protocol §2.6, §5.4);
 2. when no entry is left, set ``hami.io/bind-phase`` to ``success`` in the same patch and release the node
    lock ``hami.io/mutex.lock`` if this pod holds it (first on the node as the plugin's watch holds it, as
    with the pod); on a failed allocation, set ``failed`` and release;
@@ -36,9 +39,13 @@ from hami_common.annotations import (
     BIND_PHASE_FAILED,
     BIND_PHASE_SUCCESS,
     DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
     NODE_LOCK,
+    MigAllocation,
+    decode_mig_allocations,
     decode_node_lock,
     decode_pod_devices,
+    encode_mig_allocations,
     encode_pod_devices,
     pop_first_container,
 )
@@ -56,7 +63,7 @@ from hami_common.kube import (
 )
 from hami_common.tracing import context_from_annotation
 
-__all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_lock"]
+__all__ = ["FollowUp", "PodAccess", "ResultPublisher", "Served", "release_node_lock", "with_runtime_ids"]
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +90,33 @@ class Served:
     failure: str = ""  # non-empty: the allocation of this pod failed (bind-phase failed)
     started_ns: int | None = None  # when the plugin took the request (epoch ns)
     allocate_ns: int | None = None  # how long the plugin took to answer
+    mig: tuple[MigAllocation, ...] = ()  # the MIG instances created for the container, runtime ids set
+
+
+def with_runtime_ids(value: str | None, realised: tuple[MigAllocation, ...]) -> tuple[str | None, list[str]]:
+    """``hami.io/vgpu-mig-allocations`` with the runtime ids of ``realised`` filled into the entries they
+    realise (same container, device, GPU, profile and placement); other entries stay as they are. Returns
+    the new value (None: nothing to write) and the reservations that found no entry."""
+    if not realised:
+        return None, []
+    current = decode_mig_allocations(value) if value is not None else ()
+    ids = {(m.container_index, m.device_index, m.gpu_uuid, m.profile, m.placement): m for m in realised}
+    found: set[tuple[object, ...]] = set()
+    updated = []
+    for entry in current:
+        key = (entry.container_index, entry.device_index, entry.gpu_uuid, entry.profile, entry.placement)
+        made = ids.get(key)
+        if made is not None:
+            found.add(key)
+            entry = msgspec.structs.replace(
+                entry,
+                mig_uuid=made.mig_uuid,
+                gpu_instance_id=made.gpu_instance_id,
+                compute_instance_id=made.compute_instance_id,
+            )
+        updated.append(entry)
+    missing = [f"{m.gpu_uuid} {m.profile}@{m.placement.start}" for k, m in ids.items() if k not in found]
+    return (encode_mig_allocations(updated) if found else None), missing
 
 
 class PodAccess(PodReader, PodPatcher, Protocol):
@@ -225,6 +259,7 @@ class FollowUp:
                 reason=served.failure,
                 at_ns=self.clock(),
                 allocate_ns=served.allocate_ns,
+                mig=served.mig,
             )
             ctx = context_from_annotation(served.trace_context) if served.trace_context else None
             await self.publisher.publish(subjects.allocated(self.node), result, ctx=ctx)
@@ -247,11 +282,23 @@ class FollowUp:
             popped, rest = pop_first_container(current)
             done = not any(rest)
             changes: AnnotationChanges = {DEVICES_TO_ALLOCATE: encode_pod_devices(rest)}
+            try:
+                mig_value, unmatched = with_runtime_ids(pod.metadata.annotations.get(MIG_ALLOCATIONS), served.mig)
+            except AnnotationError as err:  # the erasure must still happen; the ids are lost, the instances not
+                mig_value, unmatched = None, [str(err)]
+            if mig_value is not None:
+                changes = {**changes, MIG_ALLOCATIONS: mig_value}
             if done:
                 changes = {**changes, BIND_PHASE: BIND_PHASE_SUCCESS}
             patched = await pods.patch_pod_annotations(
                 served.namespace, served.name, changes, resource_version=pod.metadata.resource_version
             )
+            if unmatched:
+                log.warning(
+                    "pod %s/%s: MIG instances %s match no reservation in %s; their ids are not recorded",
+                    served.namespace, served.name, unmatched, MIG_ALLOCATIONS,
+                    extra={logkeys.POD_UID: served.pod_uid},
+                )  # fmt: skip
             if tuple(d.uuid for d in popped) != served.device_uuids:  # told once written: a refused try says nothing
                 log.warning(
                     "pod %s/%s: erased entry %s differs from the devices served (%s)",

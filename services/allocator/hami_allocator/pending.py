@@ -32,8 +32,10 @@ from hami_common.annotations import (
     BIND_PHASE_SUCCESS,
     BIND_TIME,
     DEVICES_TO_ALLOCATE,
+    MIG_ALLOCATIONS,
     TRACE_CONTEXT,
     VGPU_NODE,
+    decode_mig_allocations,
     decode_pod_devices,
 )
 from hami_common.errors import AnnotationError, InvalidInput, NotFound
@@ -181,7 +183,8 @@ def _priority(c: PendingContainer, resource: str) -> int | None:
 
 
 def pod_grant(pod: PendingPod, priority_name: str = GPU_PRIORITY) -> PodGrant:
-    """Pair the pod's to-allocate list with its containers, init containers first (raises BrokenPod).
+    """Pair the pod's to-allocate list and MIG reservations with its containers, init containers first
+    (raises BrokenPod).
 
     ``priority_name`` is the device config's resourcePriorityName: a renamed priority still reaches the pod.
     """
@@ -189,6 +192,8 @@ def pod_grant(pod: PendingPod, priority_name: str = GPU_PRIORITY) -> PodGrant:
     containers: Sequence[PendingContainer] = (*pod.spec.init_containers, *pod.spec.containers)
     try:
         devices = decode_pod_devices(meta.annotations.get(DEVICES_TO_ALLOCATE, ""))
+        mig_value = meta.annotations.get(MIG_ALLOCATIONS)
+        mig = decode_mig_allocations(mig_value) if mig_value is not None else ()
         return from_annotation(
             pod_uid=meta.uid,
             namespace=meta.namespace,
@@ -201,6 +206,7 @@ def pod_grant(pod: PendingPod, priority_name: str = GPU_PRIORITY) -> PodGrant:
                 for c in containers
                 if any(e.name == envvars.CUDA_DISABLE_CONTROL and is_true(e.value) for e in c.env)
             },
+            mig=mig,
         )
     except (AnnotationError, InvalidInput) as err:
         raise BrokenPod(pod, str(err)) from err

@@ -18,15 +18,24 @@ from opentelemetry.context import Context
 from hami_allocator.allocator import Allocator
 from hami_allocator.followup import FollowUp, ResultPublisher
 from hami_allocator.inventory import DeclaredInventory, DiscoveredInventory, GpuSource, parse_declared
+from hami_allocator.mig import MigInstances
 from hami_allocator.pending import KubeNodePods
 from hami_allocator.plugin import DevicePluginService
 from hami_allocator.server import Endpoint, PluginServer
 from hami_allocator.settings import AllocatorSettings
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
-from hami_common.errors import InvalidInput, TransientError
+from hami_common.errors import HamiError, InvalidInput, TransientError
 from hami_common.grants import GrantKey
-from hami_common.inventory import NodeDeviceConfig, open_inventory
+from hami_common.inventory import (
+    MODE_MIG,
+    MigControl,
+    MigRefused,
+    NodeDeviceConfig,
+    NvmlMigControl,
+    open_inventory,
+    open_mig_control,
+)
 from hami_common.kube import Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
 from hami_common.resources import GPU_PRIORITY
 from hami_common.service import EXIT_CONFIG
@@ -82,8 +91,13 @@ class AllocatorService:
         numa_topology: bool = False,
         grant_key: GrantKey | None = None,
         priority_name: str = GPU_PRIORITY,
+        mig: MigControl | None = None,
+        mig_grace: float = 60.0,
+        mig_reclaim_interval: float = 30.0,
     ) -> None:
         self.node = node
+        self.mig_reclaim_interval = mig_reclaim_interval
+        self._reclaim_wake = asyncio.Event()
         self.kube = kube
         self.pods: WatchCache[Pod] | None = None
         self.nodes: WatchCache[Node] | None = None  # this node only: the lock release reads it from here
@@ -103,6 +117,7 @@ class AllocatorService:
             pods=KubeNodePods(kube) if kube is not None else None,
             grant_key=grant_key,
             priority_name=priority_name,
+            mig=MigInstances(mig, node=node, grace=mig_grace) if mig is not None else None,
         )
         self.plugin = DevicePluginService(
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
@@ -111,11 +126,31 @@ class AllocatorService:
         if self.pods is not None:
             self.pods.add_handler(self._on_pod)
             self.allocator.known_pods = self.pods.items
+            self.allocator.known_pods_synced = self.pods.synced.is_set
 
     def _on_pod(self, change: Change[Pod]) -> None:
         pod = change.obj
-        if change.type == "DELETED" or pod.metadata.deletion_timestamp or pod.status.phase in _TERMINAL:
-            self.allocator.forget(pod.metadata.uid)
+        if change.type == "DELETED" or pod.status.phase in _TERMINAL:
+            self.allocator.ended(pod.metadata.uid)
+            self._reclaim_wake.set()  # its MIG instances, if any, go now
+        elif pod.metadata.deletion_timestamp:
+            self.allocator.forget(pod.metadata.uid)  # never served again; its containers may still run
+
+    async def reclaim_mig(self) -> None:
+        """Destroy unowned MIG instances once the pod watch has synced (at start), whenever a pod ends, and
+        every ``mig_reclaim_interval`` seconds. A driver error is logged and tried again at the next pass."""
+        if self.pods is None:
+            return  # without the node's pods, ownership cannot be told: nothing is destroyed
+        await self.pods.synced.wait()
+        while True:
+            self._reclaim_wake.clear()
+            try:
+                await self.allocator.reclaim_mig()
+            except (HamiError, MigRefused, OSError) as err:
+                log.warning("reclaiming MIG instances failed: %s", err)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.mig_reclaim_interval):
+                    await self._reclaim_wake.wait()
 
     async def run(self) -> None:
         """Serve until cancelled."""
@@ -126,6 +161,8 @@ class AllocatorService:
                 tg.create_task(self.pods.run(), name="node-pods-watch")
             if self.nodes is not None:
                 tg.create_task(self.nodes.run(), name="node-watch")
+            if self.allocator.mig is not None:
+                tg.create_task(self.reclaim_mig(), name="mig-reclaim")
 
 
 async def _inventory(
@@ -152,6 +189,23 @@ async def _inventory(
     return DeclaredInventory(gpus)
 
 
+async def _mig_control(
+    settings: AllocatorSettings, node: NodeDeviceConfig, stack: contextlib.AsyncExitStack
+) -> MigControl | None:
+    """The node's MIG driver when its config says ``operatingmode: mig``, over the same discovery as the
+    node agent's (for the fake inventory, the same shared state file)."""
+    if node.mode != MODE_MIG:
+        return None
+    if not settings.inventory:
+        raise InvalidInput("operatingmode mig needs GPU discovery (--inventory nvml or fake), not declared --gpus")
+    control = await asyncio.to_thread(
+        open_mig_control, settings.inventory, node=settings.node_name, fake_file=settings.fake_inventory
+    )
+    if isinstance(control, NvmlMigControl):
+        stack.callback(control.close)
+    return control
+
+
 async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
     """The service body for ``hami_common.service.run``: serve until ``stop`` is set."""
     async with contextlib.AsyncExitStack() as stack:
@@ -161,6 +215,7 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             # the node agent applies the same entry: the slots it registers are the devices advertised here
             node = settings.node_config()
             inventory = await _inventory(settings, node, stack)
+            mig = await _mig_control(settings, node, stack)
             grant_key = settings.grant_key()
         except InvalidInput as err:
             log.error("bad configuration: %s", err)
@@ -191,6 +246,9 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             numa_topology=node.numa_topology,
             grant_key=grant_key,
             priority_name=settings.device_config().resources.priority_name,
+            mig=mig,
+            mig_grace=settings.mig_reclaim_grace,
+            mig_reclaim_interval=settings.mig_reclaim_interval,
         )
         if grant_key is None and settings.use_apiserver:
             log.warning("no grant key (--grant-key-file): pods are served from staged placements only")

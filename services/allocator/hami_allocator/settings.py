@@ -49,6 +49,10 @@ class AllocatorSettings(BusSettings, KubeSettings, GrantSettings, NodeConfigSett
     use_apiserver: bool = setting(True, "fall back to pod annotations and record allocations in the apiserver")
     use_bus: bool = setting(True, "publish allocation results on NATS")
     watch_interval: float = setting(1.0, "seconds between checks for a kubelet restart")
+    mig_reclaim_interval: float = setting(30.0, "MIG mode: seconds between two passes destroying unowned instances")
+    mig_reclaim_grace: float = setting(
+        60.0, "MIG mode: seconds an instance no live pod owns may live before it is destroyed (a racing Allocate's)"
+    )
     register_timeout: float = setting(10.0, "seconds one Register call to the kubelet may take")
 
     def node_config(self) -> NodeDeviceConfig:
