@@ -101,6 +101,11 @@ def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(
         assert "success" in rows["default/memory-mib"]
         assert "Pending" in rows["default/cannot-fit"]
         assert "CardInsufficientMemory" in rows["default/cannot-fit"]
+        # the MIG node's instances: each MIG example's profile, its placement and the device created for it
+        assert "success" in rows["default/mig-small"]
+        instances = {line.split()[-1]: line.split() for line in done.stdout.splitlines() if " MIG-" in line}
+        assert instances["mig-small"][:3] == ["mig-node-0", instances["mig-small"][1], "1g.10gb"]
+        assert instances["mig-large"][2] == "1g.20gb"  # 2g.20gb has the same memory and more slices
     finally:
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)

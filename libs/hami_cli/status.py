@@ -16,21 +16,35 @@ from prometheus_client.parser import text_string_to_metric_families
 from hami_common.annotations import (
     BIND_PHASE,
     DEVICES_ALLOCATED,
+    MIG_ALLOCATIONS,
     NODE_REGISTER,
     ContainerDevice,
+    MigAllocation,
+    decode_mig_allocations,
     decode_node_devices,
 )
+from hami_common.annotations.registration import MODE_MIG
 from hami_common.errors import AnnotationError
 from hami_common.kube import Event, Node, Pod
 from hami_common.scheduling.policy import DEFAULT_SCHEDULER_NAME
 from hami_metrics.families import HOST_MEMORY_USED, HOST_UTILIZATION
 from hami_sim.stack.report import allocated_devices, pending_reasons, render_table, short_uuid
 
-__all__ = ["GpuRow", "Overview", "PodRow", "build_overview", "parse_usage", "render_overview"]
+__all__ = ["GpuRow", "MigRow", "Overview", "PodRow", "build_overview", "parse_usage", "render_overview"]
 
 _MIB = 1024 * 1024
 _FINISHED = frozenset({"Succeeded", "Failed"})  # their GPUs are free again, as HAMi counts them
 WAITING = "waiting to be scheduled"
+
+
+class MigRow(msgspec.Struct, frozen=True, kw_only=True):
+    """One MIG instance booked on a card: its profile and placement, and the device once it exists."""
+
+    profile: str
+    start: int
+    size: int
+    pod: str
+    mig_uuid: str = ""  # empty until the device plugin has created the instance
 
 
 class GpuRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -45,6 +59,8 @@ class GpuRow(msgspec.Struct, frozen=True, kw_only=True):
     slices: int
     slices_booked: int
     pods: list[str]
+    mode: str = ""  # "mig" for a card cut into MIG instances
+    instances: list[MigRow] = msgspec.field(default_factory=list)
 
 
 class PodRow(msgspec.Struct, frozen=True, kw_only=True):
@@ -105,6 +121,7 @@ def build_overview(
     mine = sorted((p for p in pods if _is_gpu_pod(p)), key=lambda p: (p.metadata.namespace, p.metadata.name))
     reasons = pending_reasons(events)
     holders: dict[str, list[tuple[str, ContainerDevice]]] = {}
+    instances: dict[str, list[MigRow]] = {}
     rows = []
     for pod in mine:
         name = f"{pod.metadata.namespace}/{pod.metadata.name}"
@@ -112,6 +129,16 @@ def build_overview(
         if pod.spec.node_name:
             for dev in granted:
                 holders.setdefault(dev.uuid, []).append((name, dev))
+            for m in _mig_allocations(pod):
+                instances.setdefault(m.gpu_uuid, []).append(
+                    MigRow(
+                        profile=m.profile,
+                        start=m.placement.start,
+                        size=m.placement.size,
+                        pod=name,
+                        mig_uuid=m.mig_uuid or "",
+                    )
+                )
         rows.append(
             PodRow(
                 pod=name,
@@ -142,13 +169,23 @@ def build_overview(
                     slices=card.count,
                     slices_booked=len(held),
                     pods=sorted(name for name, _ in held),
+                    mode=card.mode,
+                    instances=sorted(instances.get(card.id, []), key=lambda r: (r.start, r.pod)),
                 )
             )
     return Overview(cluster=cluster, gpus=gpus, pods=rows, metrics_url=metrics_url, metrics=metrics)
 
 
+def _mig_allocations(pod: Pod) -> tuple[MigAllocation, ...]:
+    try:
+        return decode_mig_allocations(pod.metadata.annotations.get(MIG_ALLOCATIONS, "[]"))
+    except AnnotationError:
+        return ()  # unreadable: the devices annotation still shows what the pod holds
+
+
 GPU_HEADERS = ("NODE", "GPU", "TYPE", "MEMORY BOOKED", "MEMORY USED", "CORES BOOKED", "CORES USED", "SLICES", "PODS")
 POD_HEADERS = ("POD", "NODE", "DEVICES", "STATE")
+MIG_HEADERS = ("NODE", "GPU", "PROFILE", "PLACEMENT", "MIG DEVICE", "POD")
 
 
 def _gpu_cells(row: GpuRow) -> Sequence[str]:
@@ -160,7 +197,7 @@ def _gpu_cells(row: GpuRow) -> Sequence[str]:
         "-" if row.memory_used_mib is None else f"{row.memory_used_mib} MiB",
         f"{row.cores_booked}%",
         "-" if row.core_utilization is None else f"{row.core_utilization:g}%",
-        f"{row.slices_booked}/{row.slices}",
+        f"{row.slices_booked}/{row.slices}" + (" MIG" if row.mode == MODE_MIG else ""),
         ",".join(p.split("/", 1)[1] for p in row.pods) or "-",
     )
 
@@ -171,13 +208,26 @@ def _pod_cells(row: PodRow) -> Sequence[str]:
     return (row.pod, row.node or "-", devices, state)
 
 
+def _mig_cells(gpu: GpuRow, row: MigRow) -> Sequence[str]:
+    return (
+        gpu.node,
+        short_uuid(gpu.uuid),
+        row.profile,
+        f"{row.start}+{row.size}",
+        short_uuid(row.mig_uuid) if row.mig_uuid else "(creating)",
+        row.pod.split("/", 1)[1],
+    )
+
+
 def render_overview(view: Overview) -> str:
     metrics = f"metrics: {view.metrics_url or '-'}" + (f" ({view.metrics})" if view.metrics != "ok" else "")
+    mig = [_mig_cells(gpu, row) for gpu in view.gpus for row in gpu.instances]
     parts = [
         f"cluster: {view.cluster}",
         "",
         render_table(GPU_HEADERS, [_gpu_cells(r) for r in view.gpus]) if view.gpus else "no GPU nodes registered",
         "",
+        *((render_table(MIG_HEADERS, mig), "") if mig else ()),
         render_table(POD_HEADERS, [_pod_cells(r) for r in view.pods]) if view.pods else "no GPU pods",
         "",
         metrics,

@@ -62,6 +62,10 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--nodes", type=int, default=4, help="simulated GPU nodes")
     parser.add_argument("--gpus", type=int, default=8, help="GPUs per node")
+    parser.add_argument(
+        "--mig-nodes", type=int, default=1, help="nodes beside --nodes whose GPUs are cut into MIG instances"
+    )
+    parser.add_argument("--mig-gpus", type=int, default=2, help="GPUs (A100-80GB, MIG mode on) per MIG node")
     parser.add_argument("--examples", type=Path, default=Path("examples"), help="pod YAML files to submit at start")
     parser.add_argument("--no-examples", action="store_true", help="submit nothing")
     parser.add_argument("--metrics-port", type=int, default=METRICS_PORT, help="0: any free port")
@@ -184,6 +188,8 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         sockdir=sockdir,
         nodes=args.nodes,
         gpus_per_node=args.gpus,
+        mig_nodes=args.mig_nodes,
+        mig_gpus_per_node=args.mig_gpus,
         kube=args.kube,
         scheduler_replicas=args.scheduler_replicas,
     )

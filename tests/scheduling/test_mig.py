@@ -160,10 +160,14 @@ def test_a_seven_slice_card_with_instances_at_0_and_4_refuses_a_4_slice_profile(
     assert NVIDIA.fit([fragmented], mib(1, 15000), ctx()).rejected == {Reason.CARD_MIG_TOPOLOGY_INFEASIBLE: 1}
 
 
-def test_cores_do_not_choose_the_profile_and_the_grant_carries_the_profiles_values() -> None:
+def test_the_requests_cores_choose_the_profile_too_and_the_grant_carries_the_profiles_values() -> None:
     fit = NVIDIA.fit([mig_card()], mib(1, 4000, cores=50), ctx())
     assert fit.fits
-    assert (fit.devices[0].usedmem, fit.devices[0].usedcores) == (4864, 14)  # 1g.5gb's, not 4000 MiB / 50 %
+    assert fit.mig[0].profile == "4g.20gb"  # 1g-3g hold the memory but not half the cores (14/28/42 %)
+    assert (fit.devices[0].usedmem, fit.devices[0].usedcores) == (19968, 57)  # the profile's, not 4000 / 50
+    small = NVIDIA.fit([mig_card()], mib(1, 4000, cores=10), ctx())
+    assert small.mig[0].profile == "1g.5gb"
+    assert (small.devices[0].usedmem, small.devices[0].usedcores) == (4864, 14)
 
 
 # --- where on the card -----------------------------------------------------------------------------------

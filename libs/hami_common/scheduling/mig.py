@@ -150,11 +150,17 @@ def choose_placement(profile: MigProfile, occupied: int, profiles: Sequence[MigP
     return best
 
 
-def choose_instance(profiles: Sequence[MigProfile], occupied: int, memreq: int) -> MigChoice | None:
-    """The smallest of ``profiles`` (smallest first, :func:`by_size`) whose memory holds ``memreq`` MiB and
-    that has a free placement, with that placement; None when there is none (``CardMigTopologyInfeasible``)."""
+def choose_instance(
+    profiles: Sequence[MigProfile], occupied: int, memreq: int, coresreq: int = 0
+) -> MigChoice | None:
+    """The smallest of ``profiles`` (smallest first, :func:`by_size`) whose memory holds ``memreq`` MiB, whose
+    compute share holds ``coresreq`` percent and that has a free placement, with that placement; None when
+    there is none (``CardMigTopologyInfeasible``).
+
+    HAMi picks by memory alone, so a pod asking 50 % of the cores can get a 1g instance with a seventh of
+    them; the request's cores count here too (a card's whole share, 100, is always enough)."""
     for profile in profiles:
-        if profile.memory_mb < memreq:
+        if profile.memory_mb < memreq or profile.core < min(coresreq, 100):
             continue
         placement = choose_placement(profile, occupied, profiles)
         if placement is not None:

@@ -150,7 +150,7 @@ class NvidiaVendor:
                 for earlier in mig:
                     if earlier.gpu_uuid == dev.id:
                         taken |= mask(earlier.placement)
-                choice = choose_instance(dev.mig_profiles, taken, memreq)
+                choice = choose_instance(dev.mig_profiles, taken, memreq, cores)
                 if choice is None:
                     reasons[Reason.CARD_MIG_TOPOLOGY_INFEASIBLE] += 1
                     continue

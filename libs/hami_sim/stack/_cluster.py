@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Self
 
 from hami_common.bus import EmbeddedNats, NatsCluster
+from hami_common.inventory import default_state_file
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
 from hami_common.tracing import service_scope
 from hami_extender.app import create_app as create_extender
@@ -223,7 +224,7 @@ class LocalCluster:
 
     def _seed_nodes(self) -> None:
         for name in self.config.node_names():
-            devices = str(self.config.gpus_per_node * self.config.node_split(name))
+            devices = str(self.config.gpus_on(name) * self.config.node_split(name))
             # what kube-scheduler's own plugins check (NodeResourcesFit counts pods against allocatable pods)
             machine = {"cpu": "64", "memory": "512Gi", "pods": "250", self.config.gpu_resource: devices}
             body: Json = {
@@ -302,7 +303,9 @@ class LocalCluster:
             ),
             kubelet_kubeconfig=str(self.config.kubeconfig),
         )
-        progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs")
+        mig = self.config.mig_nodes
+        extra = f" and {mig} MIG node{'s' if mig > 1 else ''} × {self.config.mig_gpus_per_node} GPUs" if mig else ""
+        progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs{extra}")
         if self.config.node_hosts > 0:
             await self._start_hosts(connections)
         else:
@@ -367,6 +370,8 @@ class LocalCluster:
 
     async def close(self) -> None:
         await self._stack.aclose()
+        for node in self.config.mig_node_names():  # the fake MIG driver's state lives outside the workdir
+            default_state_file(self.config.inventory_file, node).unlink(missing_ok=True)
 
     async def __aenter__(self) -> Self:
         try:
@@ -404,7 +409,7 @@ class LocalCluster:
         return {
             gpu_uuid(n, i): GpuCapacity(memory_mib=mib, slots=self.config.node_split(n))
             for n in self.config.node_names()
-            for i in range(self.config.gpus_per_node)
+            for i in range(self.config.gpus_on(n))
         }
 
     def processes(self) -> dict[str, int]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import uuid
@@ -12,8 +13,17 @@ from typing import Any, Final
 import yaml
 
 from hami_common.deviceconfig import DeviceConfig, read_device_config
+from hami_common.inventory import default_state_file
 
-__all__ = ["GPU_MODEL", "StackConfig", "gpu_uuid", "inventory_document", "node_name"]
+__all__ = [
+    "GPU_MODEL",
+    "StackConfig",
+    "gpu_uuid",
+    "inventory_document",
+    "mig_node_name",
+    "node_config_document",
+    "node_name",
+]
 
 GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
 _UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2a-5b9e-4c1a-9d3e-0a4b8c7d6e5f")
@@ -24,6 +34,10 @@ NODE_PLACEHOLDER: Final = "{node}"  # in a node service's kubeconfig path: one f
 
 def node_name(index: int) -> str:
     return f"gpu-node-{index}"
+
+
+def mig_node_name(index: int) -> str:
+    return f"mig-node-{index}"
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -59,6 +73,10 @@ class StackConfig:
     # HAMi's device-config.yaml given to every service (--device-config-file); then its resource names and
     # per-node split counts apply, and ``split_count`` is not passed as a flag (a flag would win over the file)
     device_config_file: Path | None = None
+    # Nodes beside ``nodes`` whose GPUs are cut into MIG instances (node config ``operatingmode: mig``): each
+    # has ``mig_gpus_per_node`` cards of ``gpu_model`` with MIG mode on.
+    mig_nodes: int = 0
+    mig_gpus_per_node: int = 2
 
     def device_config(self) -> DeviceConfig:
         return DeviceConfig() if self.device_config_file is None else read_device_config(self.device_config_file)
@@ -76,7 +94,18 @@ class StackConfig:
         return "" if self.device_config_file is None else str(self.device_config_file)
 
     def node_names(self) -> tuple[str, ...]:
-        return tuple(node_name(i) for i in range(self.nodes))
+        return tuple(node_name(i) for i in range(self.nodes)) + self.mig_node_names()
+
+    def mig_node_names(self) -> tuple[str, ...]:
+        return tuple(mig_node_name(i) for i in range(self.mig_nodes))
+
+    def gpus_on(self, node: str) -> int:
+        return self.mig_gpus_per_node if node in self.mig_node_names() else self.gpus_per_node
+
+    @property
+    def node_config_file(self) -> Path | None:
+        """HAMi's per-node config.json given to the node services: the MIG nodes' ``operatingmode``."""
+        return self.workdir / "node-config.json" if self.mig_nodes else None
 
     def plugin_dir(self, node: str) -> Path:
         return self.sockdir / node
@@ -99,23 +128,29 @@ class StackConfig:
 
 
 def inventory_document(config: StackConfig) -> dict[str, Any]:
-    """The fake inventory of every node: ``gpus_per_node`` identical cards, half on each NUMA node."""
-    half = max(config.gpus_per_node // 2, 1)
-    return {
-        "nodes": {
-            node: [
-                {
-                    "uuid": gpu_uuid(node, i),
-                    "index": i,
-                    "model": config.gpu_model,
-                    "memory_mib": config.gpu_memory_mib,
-                    "numa": i // half,
-                }
-                for i in range(config.gpus_per_node)
-            ]
-            for node in config.node_names()
+    """The fake inventory of every node: identical cards, half on each NUMA node; MIG mode on a MIG node's."""
+    mig = set(config.mig_node_names())
+
+    def card(node: str, i: int, half: int) -> dict[str, Any]:
+        entry = {
+            "uuid": gpu_uuid(node, i),
+            "index": i,
+            "model": config.gpu_model,
+            "memory_mib": config.gpu_memory_mib,
+            "numa": i // half,
         }
-    }
+        return {**entry, "mig": True} if node in mig else entry
+
+    nodes = {}
+    for node in config.node_names():
+        gpus = config.gpus_on(node)
+        nodes[node] = [card(node, i, max(gpus // 2, 1)) for i in range(gpus)]
+    return {"nodes": nodes}
+
+
+def node_config_document(config: StackConfig) -> dict[str, Any]:
+    """HAMi's device-plugin config.json: every MIG node in ``operatingmode: mig``."""
+    return {"nodeconfig": [{"name": node, "operatingmode": "mig"} for node in config.mig_node_names()]}
 
 
 def write_grant_key(config: StackConfig) -> Path:
@@ -131,9 +166,18 @@ def write_grant_key(config: StackConfig) -> Path:
 
 
 def write_inventory(config: StackConfig) -> Path:
-    path = config.inventory_file
+    """The fake inventory, and the node config when there are MIG nodes, whose fake driver starts with no
+    instances (a fresh machine: a stale state file would hold instances no scheduler knows of)."""
+    if config.node_config_file is not None:
+        _write(config.node_config_file, json.dumps(node_config_document(config), indent=2))
+    for node in config.mig_node_names():
+        default_state_file(config.inventory_file, node).unlink(missing_ok=True)
+    return _write(config.inventory_file, yaml.safe_dump(inventory_document(config), sort_keys=False))
+
+
+def _write(path: Path, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(yaml.safe_dump(inventory_document(config), sort_keys=False))
+    tmp.write_text(text)
     tmp.replace(path)
     return path

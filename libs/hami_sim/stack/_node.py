@@ -105,7 +105,7 @@ class SimNode:
     @property
     def devices(self) -> int:
         """Virtual devices the allocator advertises: GPUs × split count."""
-        return self.config.gpus_per_node * self.config.node_split(self.name)
+        return self.config.gpus_on(self.name) * self.config.node_split(self.name)
 
     def agent_settings(self) -> NodeAgentSettings:
         node_dir = self.config.node_dir(self.name)
@@ -120,6 +120,7 @@ class SimNode:
             fake_inventory=str(self.config.inventory_file),
             device_split_count=None if self.config.device_config_file else self.config.split_count,
             device_config_file=self.config.service_device_config(),
+            node_config_file=str(self.config.node_config_file or ""),
             staging_dir=str(node_dir / "staging"),
             hook_path=str(node_dir / "hook"),
             placement_ack_wait=5.0,
@@ -137,6 +138,7 @@ class SimNode:
             plugin_dir=str(self.config.plugin_dir(self.name)),
             device_split_count=None if self.config.device_config_file else self.config.split_count,
             device_config_file=self.config.service_device_config(),
+            node_config_file=str(self.config.node_config_file or ""),
             inventory=FAKE,
             fake_inventory=str(self.config.inventory_file),
             staging_dir=str(node_dir / "staging"),
