@@ -150,9 +150,7 @@ def choose_placement(profile: MigProfile, occupied: int, profiles: Sequence[MigP
     return best
 
 
-def choose_instance(
-    profiles: Sequence[MigProfile], occupied: int, memreq: int, coresreq: int = 0
-) -> MigChoice | None:
+def choose_instance(profiles: Sequence[MigProfile], occupied: int, memreq: int, coresreq: int = 0) -> MigChoice | None:
     """The smallest of ``profiles`` (smallest first, :func:`by_size`) whose memory holds ``memreq`` MiB, whose
     compute share holds ``coresreq`` percent and that has a free placement, with that placement; None when
     there is none (``CardMigTopologyInfeasible``).
