@@ -49,6 +49,7 @@ def _start_together(probe: Probe, cache: Path) -> None:
     assert during.proc_num == PROCESSES  # every slot is inside the range the usage sums read
     assert during.usage() == PROCESSES * HELD
     assert during.limits[0] == 1000 * MiB
+    assert (during.device_num, during.uuid0[:4]) == (1, "GPU-")  # recorded once for the monitor
     assert after.live_slots() == ()
     assert after.usage() == 0
 

@@ -87,6 +87,7 @@ def test_creator_killed_while_holding_the_lock_does_not_wedge_the_container(prob
     (it may be about to finish), and once it is killed, creates the region itself."""
     with _lock_held(cache) as holder, probe.start("init", "alloc:100m", env=LIMIT_1G) as blocked:
         assert blocked.next_line(timeout=0.5) is None  # creating the region needs the lock
+        assert cache.stat().st_size == 0  # and nobody initialises it behind the holder's back
         _kill(holder)
         init = blocked.until("init")
         records, _ = blocked.finish()

@@ -125,10 +125,14 @@ static uint64_t proc_start_time(pid_t pid, char *state) {
     return p ? strtoull(p, NULL, 10) : 0;
 }
 
-static bool slot_owner_alive(const struct vgpu_slot *s) {
+/* `thorough` also reads /proc (tens of microseconds) to catch zombies and recycled PIDs; without it only
+ * a PID that no longer exists counts as dead. */
+static bool slot_owner_alive(const struct vgpu_slot *s, bool thorough) {
     pid_t pid = VGPU_LOAD(&s->pid);
     if (kill(pid, 0) == -1 && errno == ESRCH)
         return false;
+    if (!thorough)
+        return true;
     char state;
     uint64_t start = proc_start_time(pid, &state);
     if (state == 'Z' || state == 'X' || state == 'x')
@@ -176,7 +180,7 @@ static void shrink_tail(struct vgpu_region *r) {
 }
 
 /* Caller holds the lock. Checks at most `budget` occupied slots, starting at `first`. */
-static int reclaim_dead(struct vgpu_region *r, int first, int budget) {
+static int reclaim_dead(struct vgpu_region *r, int first, int budget, bool thorough) {
     int32_t n = VGPU_LOAD(&r->proc_num);
     pid_t me = getpid();
     int freed = 0;
@@ -193,7 +197,7 @@ static int reclaim_dead(struct vgpu_region *r, int first, int budget) {
         budget--;
         /* Swapped to PID_BUSY first: if the owner released it and a new process claimed it since we read
          * the pid, the swap fails and the new owner's slot is left alone. */
-        if (!slot_owner_alive(s) && __atomic_compare_exchange_n(&s->pid, &pid, PID_BUSY, false,
+        if (!slot_owner_alive(s, thorough) && __atomic_compare_exchange_n(&s->pid, &pid, PID_BUSY, false,
                                                                 __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
             vgpu_log(VGPU_LOG_INFO, "reclaiming the slot of dead process %d", (int)pid);
             free_slot(s);
@@ -204,7 +208,7 @@ static int reclaim_dead(struct vgpu_region *r, int first, int budget) {
     return freed;
 }
 
-int vgpu_cache_reclaim_dead_locked(void) { return reclaim_dead(vgpu_region, 0, VGPU_MAX_PROCS); }
+int vgpu_cache_reclaim_dead_locked(void) { return reclaim_dead(vgpu_region, 0, VGPU_MAX_PROCS, true); }
 
 static void set_up_slot(struct vgpu_slot *s, uint64_t start) {
     zero_slot_counters(s);
@@ -251,7 +255,7 @@ static struct vgpu_slot *claim_free(struct vgpu_region *r, pid_t me, uint64_t st
 static struct vgpu_slot *claim_slot(struct vgpu_region *r, pid_t me, uint64_t start) {
     int32_t n = VGPU_LOAD(&r->proc_num);
     if (n > 0)
-        reclaim_dead(r, (int)(me % n), RECLAIM_PER_ATTACH);
+        reclaim_dead(r, (int)(me % n), RECLAIM_PER_ATTACH, true);
     n = VGPU_LOAD(&r->proc_num);
     for (int i = 0; i < n; i++) {
         struct vgpu_slot *s = &r->procs[i];
@@ -261,7 +265,7 @@ static struct vgpu_slot *claim_slot(struct vgpu_region *r, pid_t me, uint64_t st
         }
     }
     struct vgpu_slot *s = claim_free(r, me, start);
-    if (!s && reclaim_dead(r, 0, VGPU_MAX_PROCS) > 0)
+    if (!s && reclaim_dead(r, 0, VGPU_MAX_PROCS, true) > 0)
         s = claim_free(r, me, start);
     return s;
 }
@@ -405,12 +409,13 @@ void vgpu_cache_attach(void) {
     uint64_t start = proc_start_time(me, &state);
     struct vgpu_slot *s = holds_pid(vgpu_region, me) ? NULL : claim_free(vgpu_region, me, start);
     if (s) {
-        /* Dead slots are cleared a few per start, as before, but only when that costs no wait: the
-         * allocation slow path clears them all anyway before it refuses anything. */
+        /* Dead slots are cleared a few per start, as before, but only when that costs no wait and only
+         * those whose PID is gone (a kill(2) each): the allocation slow path checks every slot thoroughly
+         * before it refuses anything. */
         if (cache_try_lock()) {
             int32_t n = VGPU_LOAD(&vgpu_region->proc_num);
             if (n > 0)
-                reclaim_dead(vgpu_region, (int)(me % n), RECLAIM_PER_ATTACH);
+                reclaim_dead(vgpu_region, (int)(me % n), RECLAIM_PER_ATTACH, false);
             vgpu_cache_unlock();
         }
     } else {
@@ -433,13 +438,30 @@ void vgpu_cache_detach(void) {
         free_slot(s);
 }
 
+/* The lock, to write a field that is written once per file. Processes that find the lock held wait for
+ * its holder (most likely writing that field) all together, and take the lock only if the field is still
+ * unwritten then: in a crowded start they do not pass the lock from one to the next just to find the work
+ * done. False, holding nothing, when the field got written meanwhile. */
+static bool lock_for_first_write(const uint64_t *field) {
+    if (cache_try_lock())
+        return true;
+    pthread_mutex_lock(&lock_mu);
+    if (cache_fd >= 0)
+        wait_for_holder(cache_fd);
+    pthread_mutex_unlock(&lock_mu);
+    if (VGPU_LOAD(field) != 0)
+        return false;
+    vgpu_cache_lock();
+    return true;
+}
+
 /* The device count and UUIDs the monitor labels its metrics with, written once per file by the first
  * process that knows them. The UUID comes from the CUDA driver (NVML prints the same 16 bytes), so no
  * NVML initialisation is needed on this path. */
 void vgpu_cache_record_devices(int count) {
-    if (!vgpu_region || count <= 0 || VGPU_LOAD(&vgpu_region->device_num) != 0 || !HAVE_REAL(cuDeviceGetUuid_v2))
+    if (!vgpu_region || count <= 0 || VGPU_LOAD(&vgpu_region->device_num) != 0 || !HAVE_REAL(cuDeviceGetUuid_v2) ||
+        !lock_for_first_write(&vgpu_region->device_num))
         return;
-    vgpu_cache_lock();
     if (VGPU_LOAD(&vgpu_region->device_num) == 0) {
         int n = count < VGPU_MAX_DEVICES ? count : VGPU_MAX_DEVICES;
         for (int d = 0; d < n; d++) {
