@@ -170,11 +170,11 @@ static CUresult launch_kind(const char *kind, unsigned grid) {
     return fn.launch(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
 }
 
-static void nvml_mem(int v2) {
+static void nvml_mem(int v2, unsigned idx) {
     nvmlDevice_t h;
     nvmlReturn_t rc = nvmlInit_v2();
     if (rc == NVML_SUCCESS)
-        rc = nvmlDeviceGetHandleByIndex_v2(0, &h);
+        rc = nvmlDeviceGetHandleByIndex_v2(idx, &h);
     unsigned long long total = 0, used = 0, free = 0;
     if (rc == NVML_SUCCESS && v2) {
         nvmlMemory_v2_t m = {.version = (unsigned)sizeof(nvmlMemory_v2_t) | (2u << 24)};
@@ -290,7 +290,7 @@ static void run(char *cmd) {
         rc = fn.totalmem(&b, 0);
         printf("totalmem rc=%d bytes=%zu\n", rc, b);
     } else if (strcmp(cmd, "nvmlmem") == 0 || strcmp(cmd, "nvmlmem2") == 0) {
-        nvml_mem(cmd[7] == '2');
+        nvml_mem(cmd[7] == '2', arg ? (unsigned)atoi(arg) : 0); /* nvmlmem[:<NVML index>] */
     } else if (strcmp(cmd, "launch") == 0) {
         /* launch:count:grid[:plain|ex|coop|multi|graph] */
         int count = atoi(strtok(arg, ":"));
