@@ -431,6 +431,13 @@ void vgpu_cache_attach(void) {
     atomic_store_explicit(&vgpu_my_slot, s, memory_order_release);
 }
 
+/* From a signal handler (suspend/resume): one atomic load and one atomic store. */
+void vgpu_cache_set_status(int32_t status) {
+    struct vgpu_slot *s = atomic_load(&vgpu_my_slot);
+    if (s)
+        VGPU_STORE(&s->status, status);
+}
+
 /* At exit: lock-free on purpose, because another thread may hold the process mutex forever now. */
 void vgpu_cache_detach(void) {
     struct vgpu_slot *s = atomic_exchange(&vgpu_my_slot, NULL);

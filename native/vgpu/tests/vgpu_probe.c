@@ -7,6 +7,7 @@
  */
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,12 @@ static CUresult launch_kind(const char *kind, unsigned grid) {
     if (strcmp(kind, "graph") == 0) /* the stub runs a graph whose handle is its block count */
         return fn.graph((CUgraphExec)(uintptr_t)grid, NULL);
     return fn.launch(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
+}
+
+static volatile sig_atomic_t usr2_caught;
+static void on_usr2(int sig) {
+    (void)sig;
+    usr2_caught++;
 }
 
 static void nvml_mem(int v2, unsigned idx) {
@@ -335,6 +342,12 @@ static void run(char *cmd) {
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin))
             printf("eof\n");
+    } else if (strcmp(cmd, "catch-usr2") == 0) { /* the application's own SIGUSR2 handler */
+        struct sigaction sa = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        printf("catch-usr2 rc=%d\n", sigaction(SIGUSR2, &sa, NULL));
+    } else if (strcmp(cmd, "caught") == 0) {
+        printf("caught rc=0 n=%d\n", (int)usr2_caught);
     } else if (strcmp(cmd, "whois") == 0) {
         const char *sym;
         const char *obj = object_of(dlsym(libcuda, arg), &sym);
