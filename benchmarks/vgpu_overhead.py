@@ -8,7 +8,14 @@ Measures, with native/vgpu/build/bench_hooks:
   * ms from cuInit to the first successful allocation, measured inside each process, for 1, 8 and 64
     processes on one fresh shared-cache file. The processes are started first and then released
     together (they all wait on one pipe that is closed at once), so the 64 really do initialise at the
-    same moment - a crowded start - instead of one after another as they happen to be forked.
+    same moment - a crowded start - instead of one after another as they happen to be forked. The 64
+    are released several times over (a fresh file each time); the median and the max are over every
+    process of every round. Each process also counts its context switches in the measured span:
+    voluntary ones are waits (a lock), involuntary ones are the scheduler running another of the 64
+    (or anything else on the machine) meanwhile, which is where a slow start's time goes when it waits
+    for nothing.
+  * `--baseline LIB` adds the crowded start with another build of libvgpu.so (an older commit), the
+    two alternating round by round so that both see the same machine.
 The last line is a JSON summary. `--quick` shortens every run.
 """
 
@@ -21,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
@@ -37,14 +45,25 @@ SLOW_START_ENV: Final = {
 }
 
 
-def environment(cache: Path, interposed: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
+@dataclass(frozen=True, slots=True)
+class Start:
+    """One process's initialisation: milliseconds, and the context switches while it ran."""
+
+    ms: float
+    waits: int  # voluntary context switches
+    preempted: int  # involuntary ones
+
+
+def environment(
+    cache: Path, interposed: bool, extra: dict[str, str] | None = None, library: Path = BUILD / "libvgpu.so"
+) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CUDA_", "LD_PRELOAD", "VGPU_", "GPU_CORE"))}
     env["LD_LIBRARY_PATH"] = str(BUILD / "stub")
     env["CUDA_DEVICE_MEMORY_SHARED_CACHE"] = str(cache)
     env["CUDA_DEVICE_MEMORY_LIMIT"] = "8g"
     env["VGPU_LIMITS_FILE"] = str(cache.with_suffix(".none"))
     if interposed:
-        env["LD_PRELOAD"] = str(BUILD / "libvgpu.so")
+        env["LD_PRELOAD"] = str(library)
     env.update(extra or {})
     return env
 
@@ -65,12 +84,12 @@ def best_of(mode: str, count: int, cache: Path, interposed: bool, runs: int) -> 
     return min(per_call_ns(mode, count, cache, interposed) for _ in range(runs))
 
 
-def init_ms(processes: int, cache: Path, fresh: bool = True) -> list[float]:
+def init_starts(processes: int, cache: Path, fresh: bool = True, library: Path = BUILD / "libvgpu.so") -> list[Start]:
     """Start `processes` on one cache file (a fresh one unless `fresh` is false), wait until every one is
     parked at the barrier, then release them all at once; each reports its own cuInit-to-allocation time."""
     if fresh:
         cache.unlink(missing_ok=True)
-    env = environment(cache, interposed=True)
+    env = environment(cache, interposed=True, library=library)
     barrier_r, barrier_w = os.pipe()
     try:
         procs = [
@@ -86,22 +105,39 @@ def init_ms(processes: int, cache: Path, fresh: bool = True) -> list[float]:
                 raise RuntimeError("bench_hooks init did not reach the barrier")
     finally:
         os.close(barrier_w)  # every process's read returns EOF now: the crowded start
-    times = []
+    starts = []
     for p in procs:
         out, _ = p.communicate(timeout=120)
         if p.returncode != 0:
             raise RuntimeError(f"bench_hooks init exited {p.returncode}")
-        times.append(float(out.strip()))
-    return times
+        ms, waits, preempted = out.split()
+        starts.append(Start(float(ms), int(waits), int(preempted)))
+    return starts
+
+
+def init_ms(processes: int, cache: Path, fresh: bool = True) -> list[float]:
+    return [s.ms for s in init_starts(processes, cache, fresh)]
+
+
+def crowd_line(label: str, starts: list[Start]) -> str:
+    ms = [s.ms for s in starts]
+    waited = sum(1 for s in starts if s.waits)
+    preempted = sum(1 for s in starts if s.preempted)
+    return (
+        f"{label}: median {statistics.median(ms):.3f} ms, max {max(ms):.3f} ms over {len(ms)} processes; "
+        f"{waited} waited, {preempted} were preempted"
+    )
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer iterations (a smoke run)")
+    parser.add_argument("--baseline", type=Path, help="another libvgpu.so to compare the crowded start with")
     args = parser.parse_args()
     if not BENCH.exists():
         subprocess.run(["make", "-s", "-C", str(VGPU)], check=True)
     allocs, launches, runs = (50_000, 500_000, 2) if args.quick else (300_000, 3_000_000, 4)
+    rounds = 2 if args.quick else 6
 
     with tempfile.TemporaryDirectory() as tmp:
         cache = Path(tmp) / "bench.cache"
@@ -119,13 +155,18 @@ def main() -> int:
         join = [t for _ in range(7) for t in init_ms(1, cache, fresh=False)]
         print(f"init, 1 process creating the file:   median {statistics.median(create):.3f} ms")
         print(f"init, 1 process joining the file:    median {statistics.median(join):.3f} ms")
-        init: dict[int, list[float]] = {1: join}
-        for n in (8, 64):
-            init[n] = init_ms(n, cache)
-            print(
-                f"init, {n:2} processes at once (fresh file): median {statistics.median(init[n]):.3f} ms, "
-                f"max {max(init[n]):.3f} ms (cuInit to first allocation, per process)"
-            )
+        init: dict[int, list[float]] = {1: join, 8: init_ms(8, cache)}
+        print(f"init, 8 processes at once (fresh file): median {statistics.median(init[8]):.3f} ms")
+        crowd: list[Start] = []
+        baseline: list[Start] = []
+        for _ in range(rounds):
+            crowd += init_starts(64, cache)
+            if args.baseline:
+                baseline += init_starts(64, cache, library=args.baseline.resolve())
+        init[64] = [s.ms for s in crowd]
+        print(crowd_line("init, 64 processes at once (fresh file)", crowd))
+        if args.baseline:
+            print(crowd_line(f"  the same with {args.baseline}", baseline))
 
     summary = {
         "alloc_overhead_ns": round(max(alloc[True] - alloc[False], 0.0), 1),
@@ -137,7 +178,12 @@ def main() -> int:
         "init_ms_64": round(statistics.median(init[64]), 3),
         "init_ms_64_median": round(statistics.median(init[64]), 3),
         "init_ms_64_max": round(max(init[64]), 3),
+        "init_64_waited": sum(1 for s in crowd if s.waits),
+        "init_64_preempted": sum(1 for s in crowd if s.preempted),
     }
+    if args.baseline:
+        summary["baseline_init_ms_64_median"] = round(statistics.median(s.ms for s in baseline), 3)
+        summary["baseline_init_ms_64_max"] = round(max(s.ms for s in baseline), 3)
     print(json.dumps(summary))
     return 0
 

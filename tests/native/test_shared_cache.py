@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hami_sim.waiting import eventually_sync
@@ -59,27 +61,55 @@ def test_killed_process_memory_is_reclaimed(probe: Probe, cache: Path) -> None:
     assert spec.read_cache(cache).usage() == 0
 
 
-def test_lock_held_by_a_killed_process_does_not_wedge_the_container(probe: Probe, cache: Path) -> None:
-    probe.run("init", env=LIMIT_1G)  # creates the file
+@contextmanager
+def _lock_held(cache: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding the shared cache's lock, as libvgpu takes it, until killed."""
     holder = subprocess.Popen([str(program("lock_holder")), str(cache)], stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout is not None
         assert holder.stdout.readline().strip() == "locked"
-        with probe.start("init", "alloc:100m", env=LIMIT_1G) as blocked:
-            assert blocked.next_line(timeout=0.5) is None  # attaching needs the lock
-            holder.send_signal(signal.SIGKILL)
-            holder.wait(timeout=30)
-            init = blocked.until("init")
-            records, _ = blocked.finish()
+        yield holder
     finally:
         if holder.poll() is None:
             holder.kill()
         holder.wait(timeout=30)
         if holder.stdout is not None:
             holder.stdout.close()
+
+
+def _kill(holder: subprocess.Popen[str]) -> None:
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+
+
+def test_creator_killed_while_holding_the_lock_does_not_wedge_the_container(probe: Probe, cache: Path) -> None:
+    """The file exists but is not initialised and its creator holds the lock: a new process waits for it
+    (it may be about to finish), and once it is killed, creates the region itself."""
+    with _lock_held(cache) as holder, probe.start("init", "alloc:100m", env=LIMIT_1G) as blocked:
+        assert blocked.next_line(timeout=0.5) is None  # creating the region needs the lock
+        assert cache.stat().st_size == 0  # and nobody initialises it behind the holder's back
+        _kill(holder)
+        init = blocked.until("init")
+        records, _ = blocked.finish()
     assert isinstance(init, Record)
     assert init.rc == 0
     assert [r.rc for r in records if r.command == "alloc"] == [0]
+    assert spec.read_cache(cache).limits[0] == GiB
+
+
+def test_lock_held_by_a_killed_process_does_not_wedge_the_container(probe: Probe, cache: Path) -> None:
+    """A process killed while it held the lock (deciding an allocation near the limit) does not stop the
+    next decision: the kernel drops the lock with its holder."""
+    probe.run("init", env=LIMIT_1G)  # creates the file
+    with _lock_held(cache) as holder, probe.start("init", "alloc:1100m", "alloc:100m", env=LIMIT_1G) as blocked:
+        init = blocked.until("init")  # joining an initialised file takes no lock
+        blocked.until("device")
+        assert blocked.next_line(timeout=0.5) is None  # a request over the limit is decided under it
+        _kill(holder)
+        records, _ = blocked.finish()
+    assert isinstance(init, Record)
+    assert init.rc == 0
+    assert [r.rc for r in records if r.command == "alloc"] == [OOM, 0]
 
 
 def test_file_written_by_an_older_hami_core_is_used_with_its_limit(probe: Probe, cache: Path) -> None:

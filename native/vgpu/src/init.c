@@ -6,8 +6,11 @@
  * processes that actually call the driver should dlopen it or take a slot.
  */
 #include <dlfcn.h>
+#include <errno.h>
 #include <pthread.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 
 #include "vgpu.h"
 
@@ -41,7 +44,7 @@ static void after_fork_child(void) {
     vgpu_table_after_fork(true);
     vgpu_cache_after_fork_child();
     vgpu_throttle_forget_after_fork();
-    atomic_store(&vgpu_attached, 0);
+    atomic_store(&vgpu_attached, VGPU_DETACHED);
     pthread_mutex_unlock(&attach_mu);
 }
 
@@ -73,22 +76,66 @@ void vgpu_refresh_device_count(void) {
         __atomic_store_n(&vgpu_device_count, n, __ATOMIC_RELEASE);
 }
 
+/* HAMi-core's suspend and resume: SIGUSR2 sets the slot's status to 2 and holds every hooked call (and
+ * every launch, through the launch gate) until SIGUSR1 sets it back to 1. Unlike HAMi-core, an
+ * application's own handlers for these signals are kept: ours are installed only where the disposition
+ * is still the default (which would have terminated the process). */
+static void on_suspend(int sig) {
+    (void)sig;
+    int running = VGPU_RUNNING;
+    if (atomic_compare_exchange_strong(&vgpu_attached, &running, VGPU_SUSPENDED)) {
+        atomic_fetch_or(&vgpu_launch_gate, VGPU_GATE_SUSPENDED);
+        vgpu_cache_set_status(2);
+    }
+}
+
+static void on_resume(int sig) {
+    (void)sig;
+    int suspended = VGPU_SUSPENDED;
+    if (atomic_compare_exchange_strong(&vgpu_attached, &suspended, VGPU_RUNNING)) {
+        vgpu_cache_set_status(1);
+        atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_SUSPENDED);
+    }
+}
+
+static void install_handler(int sig, void (*handler)(int)) {
+    struct sigaction old, sa = {.sa_handler = handler, .sa_flags = SA_RESTART};
+    sigemptyset(&sa.sa_mask);
+    if (sigaction(sig, NULL, &old) == 0 && !(old.sa_flags & SA_SIGINFO) && old.sa_handler == SIG_DFL)
+        (void)sigaction(sig, &sa, NULL);
+}
+
+/* Polled: a hooked call may come from any thread, and a resume from a signal. */
+static void wait_while_suspended(void) {
+    while (atomic_load(&vgpu_attached) == VGPU_SUSPENDED && !atomic_load(&exiting)) {
+        struct timespec ts = {.tv_sec = 0, .tv_nsec = 10 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 void vgpu_ensure_attached(void) {
-    if (VGPU_LIKELY(atomic_load_explicit(&vgpu_attached, memory_order_acquire)))
+    int state = atomic_load_explicit(&vgpu_attached, memory_order_acquire);
+    if (VGPU_LIKELY(state == VGPU_RUNNING))
         return;
+    if (state == VGPU_SUSPENDED) {
+        wait_while_suspended();
+        return;
+    }
     vgpu_ensure_init();
     if (atomic_load(&exiting))
         return;
     pthread_mutex_lock(&attach_mu);
-    if (!atomic_load(&vgpu_attached)) {
+    if (atomic_load(&vgpu_attached) == VGPU_DETACHED) {
         vgpu_cache_attach();
         vgpu_memory_setup();
         vgpu_refresh_device_count();
         vgpu_cache_record_devices(vgpu_device_count);
         vgpu_throttle_start();
         vgpu_cache_mark_started();
-        atomic_store_explicit(&vgpu_attached, 1, memory_order_release);
+        atomic_store_explicit(&vgpu_attached, VGPU_RUNNING, memory_order_release);
         vgpu_throttle_attached();
+        install_handler(SIGUSR2, on_suspend);
+        install_handler(SIGUSR1, on_resume);
     }
     pthread_mutex_unlock(&attach_mu);
 }

@@ -108,7 +108,7 @@ static void refresh_gate(void) {
         bits |= VGPU_GATE_BLOCKED;
     unsigned old = atomic_load(&vgpu_launch_gate);
     while (!atomic_compare_exchange_weak(&vgpu_launch_gate, &old,
-                                         (old & VGPU_GATE_TICK) | bits)) {
+                                         (old & (VGPU_GATE_TICK | VGPU_GATE_SUSPENDED)) | bits)) {
     }
 }
 
@@ -131,7 +131,7 @@ static void ensure_sampler(void);
 
 CUresult vgpu_launch_slow(uint64_t blocks) {
     unsigned g = atomic_load(&vgpu_launch_gate);
-    if (g & VGPU_GATE_UNREADY) {
+    if (g & (VGPU_GATE_UNREADY | VGPU_GATE_SUSPENDED)) {
         vgpu_ensure_attached();
         g = atomic_load(&vgpu_launch_gate);
     }

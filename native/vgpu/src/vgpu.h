@@ -58,13 +58,15 @@ bool vgpu_parse_size(const char *text, uint64_t *out);
 
 /* ---- init.c ---- */
 void vgpu_ensure_init(void);       /* real table + config, once per process */
-void vgpu_ensure_attached(void);   /* + shared cache slot, once per process (again after fork) */
+void vgpu_ensure_attached(void);   /* + shared cache slot, once per process (again after fork); waits
+                                      while the process is suspended */
 extern int vgpu_device_count;      /* from cuDeviceGetCount; 0 = unknown */
 void vgpu_refresh_device_count(void);
+enum { VGPU_DETACHED = 0, VGPU_RUNNING = 1, VGPU_SUSPENDED = 2 }; /* SIGUSR2 suspends, SIGUSR1 resumes */
 extern atomic_int vgpu_attached;
-/* Atop every hook: one acquire load once the process is attached. */
+/* Atop every hook: one acquire load once the process is attached and running. */
 static inline void vgpu_ready(void) {
-    if (VGPU_UNLIKELY(!atomic_load_explicit(&vgpu_attached, memory_order_acquire)))
+    if (VGPU_UNLIKELY(atomic_load_explicit(&vgpu_attached, memory_order_acquire) != VGPU_RUNNING))
         vgpu_ensure_attached();
 }
 int vgpu_current_device(void);     /* CUDA ordinal of the calling thread's context, -1 if none */
@@ -84,6 +86,7 @@ void vgpu_cache_after_fork_child(void);
 int vgpu_cache_reclaim_dead_locked(void); /* caller holds the lock; returns slots freed */
 void vgpu_cache_raise_kernel_time(uint64_t now);
 void vgpu_cache_mark_started(void);
+void vgpu_cache_set_status(int32_t status); /* this process's slot; async-signal-safe */
 void vgpu_cache_lock(void);
 void vgpu_cache_unlock(void);
 
@@ -115,7 +118,8 @@ enum {
     VGPU_GATE_UNREADY = 1u,  /* process not attached yet */
     VGPU_GATE_TICK = 2u,     /* the sampler wants to hear about the next launch */
     VGPU_GATE_THROTTLE = 4u, /* some device has an SM limit in force */
-    VGPU_GATE_BLOCKED = 8u   /* the monitor set recent_kernel < 0 */
+    VGPU_GATE_BLOCKED = 8u,  /* the monitor set recent_kernel < 0 */
+    VGPU_GATE_SUSPENDED = 16u /* SIGUSR2 (HAMi-core's suspend); set and cleared by init.c only */
 };
 extern _Atomic unsigned vgpu_launch_gate;
 CUresult vgpu_launch_slow(uint64_t blocks);

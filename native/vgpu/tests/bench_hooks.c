@@ -8,8 +8,12 @@
  *   init        ms from cuInit to the first successful cuMemAlloc_v2, measured in this process
  *   init wait   the same, after printing "ready" and waiting for stdin to close: a parent releases many
  *               processes at once (a crowded start) by closing the one pipe they all read
+ * init prints "<ms> <voluntary> <involuntary>": the context switches of the measured span. Voluntary ones
+ * are waits (a lock, I/O); involuntary ones are the scheduler giving the CPU to another task, which on a
+ * crowded machine is where a slow start's time goes when there are no waits.
  */
 #include <stdio.h>
+#include <sys/resource.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -62,12 +66,16 @@ int main(int argc, char **argv) {
             while (fread(buf, 1, sizeof buf, stdin) > 0) {
             }
         }
+        struct rusage r0, r1;
+        getrusage(RUSAGE_THREAD, &r0);
         double t0 = now_ns();
         setup();
         CUdeviceptr p;
         if (cuMemAlloc_v2(&p, 1 << 20))
             return 1;
-        printf("%.4f\n", (now_ns() - t0) / 1e6);
+        double ms = (now_ns() - t0) / 1e6;
+        getrusage(RUSAGE_THREAD, &r1);
+        printf("%.4f %ld %ld\n", ms, r1.ru_nvcsw - r0.ru_nvcsw, r1.ru_nivcsw - r0.ru_nivcsw);
         return 0;
     }
     if (argc < 3)

@@ -7,6 +7,7 @@
  */
 #include <dlfcn.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -178,11 +179,17 @@ static CUresult launch_kind(const char *kind, unsigned grid) {
     return fn.launch(NULL, grid, 1, 1, 128, 1, 1, 0, NULL, NULL, NULL);
 }
 
-static void nvml_mem(int v2) {
+static volatile sig_atomic_t usr2_caught;
+static void on_usr2(int sig) {
+    (void)sig;
+    usr2_caught++;
+}
+
+static void nvml_mem(int v2, unsigned idx) {
     nvmlDevice_t h;
     nvmlReturn_t rc = nvmlInit_v2();
     if (rc == NVML_SUCCESS)
-        rc = nvmlDeviceGetHandleByIndex_v2(0, &h);
+        rc = nvmlDeviceGetHandleByIndex_v2(idx, &h);
     unsigned long long total = 0, used = 0, free = 0;
     if (rc == NVML_SUCCESS && v2) {
         nvmlMemory_v2_t m = {.version = (unsigned)sizeof(nvmlMemory_v2_t) | (2u << 24)};
@@ -353,7 +360,7 @@ static void run(char *cmd) {
         rc = fn.totalmem(&b, 0);
         printf("totalmem rc=%d bytes=%zu\n", rc, b);
     } else if (strcmp(cmd, "nvmlmem") == 0 || strcmp(cmd, "nvmlmem2") == 0) {
-        nvml_mem(cmd[7] == '2');
+        nvml_mem(cmd[7] == '2', arg ? (unsigned)atoi(arg) : 0); /* nvmlmem[:<NVML index>] */
     } else if (strcmp(cmd, "launch") == 0) {
         /* launch:count:grid[:plain|ex|coop|multi|graph] */
         int count = atoi(strtok(arg, ":"));
@@ -419,6 +426,12 @@ static void run(char *cmd) {
         fflush(stdout);
         if (!fgets(line, sizeof line, stdin))
             printf("eof\n");
+    } else if (strcmp(cmd, "catch-usr2") == 0) { /* the application's own SIGUSR2 handler */
+        struct sigaction sa = {.sa_handler = on_usr2, .sa_flags = SA_RESTART};
+        sigemptyset(&sa.sa_mask);
+        printf("catch-usr2 rc=%d\n", sigaction(SIGUSR2, &sa, NULL));
+    } else if (strcmp(cmd, "caught") == 0) {
+        printf("caught rc=0 n=%d\n", (int)usr2_caught);
     } else if (strcmp(cmd, "whois") == 0) {
         const char *sym;
         const char *obj = object_of(dlsym(libcuda, arg), &sym);
