@@ -278,7 +278,8 @@ def test_the_node_processes_share_the_fake_drivers_instances(tmp_path: Path) -> 
 
 def test_racing_creates_of_overlapping_placements_leave_one_instance(tmp_path: Path) -> None:
     inventory, state = _mig_inventory(tmp_path), tmp_path / "mig-state.json"
-    wanted = [("7g.79gb", 0, 8), ("4g.40gb", 0, 4), ("3g.40gb", 0, 4), ("2g.20gb", 2, 2), ("1g.20gb", 0, 2)] * 4
+    # every placement holds slice 0, so any two overlap and exactly one create may win
+    wanted = [("7g.79gb", 0, 8), ("4g.40gb", 0, 4), ("3g.40gb", 0, 4), ("2g.20gb", 0, 2), ("1g.20gb", 0, 2)] * 4
     results: list[MigInstance | MigRefused] = []
 
     def create(profile: str, start: int, size: int) -> None:
