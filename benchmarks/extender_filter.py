@@ -21,7 +21,7 @@ Figures, per size (``<nodes>x8``), after a short warm-up:
 * ``handler_p50_ms`` / ``handler_p99_ms``: inside the extender, request read to response, minus the patch;
 * ``binds_per_s``: filter+bind pairs per second (the emulator's latency bounds it).
 
-    python benchmarks/extender_filter.py [--quick] [--httpx] [--mig] [--nodes N]
+    python benchmarks/extender_filter.py [--quick] [--httpx] [--mig] [--vendors] [--nodes N]
 
 ``--quick`` seeds one resident pod per node instead of 10 and sends fewer requests (well under a minute).
 ``--mig`` runs twice in one invocation: the plain cluster, then the same cluster with every tenth node in MIG
@@ -29,6 +29,11 @@ mode (8 H100s cut into instances; its resident pods hold 1g instances and their 
 figures carry the suffix ``_mig``, and ``filter_p50_mig_ratio_…`` / ``filter_p99_mig_ratio_…`` compare the two.
 The pending pods name no ``nvidia.com/vgpu-mode``, so MIG nodes are candidates like the others (binpack prefers
 them: a 1g instance books more memory than the resident pods on shared cards).
+``--vendors`` also runs a mixed cluster: the extender is given a device config enabling Ascend, Cambricon
+and Hygon, and every tenth node carries, beside its 8 GPUs, one family's devices in turn (8 Ascend 910B3
+NPUs with their register and handshake annotations, 2 Cambricon MLUs in node capacity, or 8 Hygon DCUs).
+The pending pods still ask NVIDIA slices; the run's figures carry the suffix ``_vendors`` and
+``filter_p50_vendors_ratio_…`` / ``filter_p99_vendors_ratio_…`` compare it with the NVIDIA-only run.
 The last line is JSON with ``filter_p50_ms_5000x8``, ``filter_p99_ms_5000x8``, ``filter_p99_ms_1000x8``,
 ``binds_per_s`` and the other figures above.
 """
@@ -75,12 +80,66 @@ from hami_common.events import AllocationResult
 from hami_common.resources import GPU
 from hami_common.service import run_loop
 from hami_common.settings import BusSettings
+from hami_common.vendors.ascend import CHART_CHIPS
+from hami_common.vendors.ascend import keys as ascend_keys
+from hami_common.vendors.ascend.register import RegisteredNpu
+from hami_common.vendors.ascend.register import encode_register as encode_npus
+from hami_common.vendors.cambricon import keys as cambricon_keys
+from hami_common.vendors.hygon import encode_register as encode_dcus
+from hami_common.vendors.hygon import keys as hygon_keys
 from hami_sim.http import HttpClient, HttpError, HttpReply
 
 GPUS_PER_NODE = 8
 RESIDENT_PER_NODE = 10
 NAMESPACE = "bench"
 MIG_EVERY = 10  # --mig: every tenth node is a MIG node (10 %)
+VENDOR_EVERY = 10  # --vendors: every tenth node also carries another family's devices (10 %)
+ASCEND_WORD = "Ascend910B3"
+# what the chart enables for the three families (Ascend needs its switch, as HAMi's --enable-ascend)
+VENDORS_CONFIG = "vnpus:\n  enabled: true\ncambricon: {}\nhygon: {}\n"
+
+
+def _family_devices(name: str, which: int) -> tuple[dict[str, str], dict[str, str]]:
+    """The annotations and capacity a family's device plugin adds to a node: Ascend, Cambricon or Hygon."""
+    reported = "Reported_" + datetime.now().strftime("%Y.%m.%d %H:%M:%S")
+    if which == 0:
+        npus = tuple(
+            RegisteredNpu(
+                id=f"{name}-npu{i}",
+                index=i,
+                count=4,
+                devmem=65536,
+                devcore=20,
+                type=ASCEND_WORD,
+                health=True,
+                custominfo={ascend_keys.NETWORK_ID: i // 4},
+            )
+            for i in range(8)
+        )
+        annotations = {
+            ascend_keys.register_key(ASCEND_WORD): encode_npus(npus),
+            ascend_keys.handshake_key(ASCEND_WORD): reported,
+        }
+        chip = next(c for c in CHART_CHIPS if c.common_word == ASCEND_WORD)
+        return annotations, {chip.resource_name: "32"}
+    if which == 1:
+        return {}, {cambricon_keys.MLU_CORES: "200", cambricon_keys.MLU_MEMORY: "192"}
+    dcus = [
+        DeviceInfo(
+            id=f"{name}-dcu{i}",
+            index=i,
+            count=4,
+            devmem=65536,
+            devcore=100,
+            type="DCU-K100",
+            mode="hami-core",
+            health=True,
+        )
+        for i in range(8)
+    ]
+    return {hygon_keys.NODE_REGISTER: encode_dcus(dcus), hygon_keys.NODE_HANDSHAKE: reported}, {
+        hygon_keys.DCU_COUNT: "32"
+    }
 
 
 def _mig_profile(
@@ -118,7 +177,14 @@ def _gpu(node: str, i: int) -> str:
 
 
 def _seed_and_serve(
-    nodes: int, resident: int, pending: int, workdir: str, ready: Any, stop: Any, mig_every: int = 0
+    nodes: int,
+    resident: int,
+    pending: int,
+    workdir: str,
+    ready: Any,
+    stop: Any,
+    mig_every: int = 0,
+    vendor_every: int = 0,
 ) -> None:
     """The emulator process: seed the store directly (fast), serve over HTTP until told to stop.
 
@@ -167,6 +233,11 @@ def _seed_and_serve(
             # a cluster in its steady state: the kubelet reports the GPUs, the scheduler's handshake is there
             slots = str(sum(d.count for d in devices))
             annotations = {NODE_REGISTER: encode_node_devices(devices), NODE_HANDSHAKE: handshake}
+            capacity = {GPU: slots}
+            if vendor_every and n % vendor_every == vendor_every // 2:
+                extra, resources = _family_devices(name, (n // vendor_every) % 3)
+                annotations.update(extra)
+                capacity.update(resources)
             store.create(
                 nodes_rt,
                 None,
@@ -174,7 +245,7 @@ def _seed_and_serve(
                     "apiVersion": "v1",
                     "kind": "Node",
                     "metadata": {"name": name, "annotations": annotations},
-                    "status": {"capacity": {GPU: slots}, "allocatable": {GPU: slots}},
+                    "status": {"capacity": capacity, "allocatable": dict(capacity)},
                 },
             )
             for p in range(resident):
@@ -270,18 +341,22 @@ async def _run(
     log_dir: Path,
     use_httpx: bool,
     mig_every: int = 0,
+    vendor_every: int = 0,
 ) -> dict[str, float]:
     ctx = mp.get_context("spawn")
     ready, stop = ctx.Queue(), ctx.Event()
     with tempfile.TemporaryDirectory() as workdir:
         t0 = time.monotonic()
         pending = 2 * filters + binds
-        emulator = ctx.Process(target=_seed_and_serve, args=(nodes, resident, pending, workdir, ready, stop, mig_every))
+        emulator = ctx.Process(
+            target=_seed_and_serve, args=(nodes, resident, pending, workdir, ready, stop, mig_every, vendor_every)
+        )
         emulator.start()
         kubeconfig, uids = ready.get(timeout=600)
         figures = {"nodes": float(nodes), "resident_per_node": float(resident), "seed_s": time.monotonic() - t0}
         port = _free_port()
-        log_file = (log_dir / f"extender-{nodes}{'-mig' if mig_every else ''}.log").open("w")
+        suffix = ("-mig" if mig_every else "") + ("-vendors" if vendor_every else "")
+        log_file = (log_dir / f"extender-{nodes}{suffix}.log").open("w")
         code = "import sys; from hami_extender.main import main; sys.exit(main(sys.argv[1:]))"
         argv = [
             sys.executable,
@@ -302,6 +377,10 @@ async def _run(
             "--handoff-wait",
             "60",
         ]
+        if vendor_every:
+            config = Path(workdir) / "device-config.yaml"
+            config.write_text(VENDORS_CONFIG)
+            argv += ["--device-config-file", str(config)]
         extender = subprocess.Popen(  # noqa: ASYNC220 - started once, before anything is timed
             argv, stdout=log_file, stderr=subprocess.STDOUT, env={**os.environ, "OTEL_SDK_DISABLED": "true"}
         )
@@ -411,6 +490,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--mig", action="store_true", help="also run with every tenth node in MIG mode and report both side by side"
     )
+    parser.add_argument(
+        "--vendors",
+        action="store_true",
+        help="also run with Ascend, Cambricon and Hygon enabled and on every tenth node; report both side by side",
+    )
     parser.add_argument("--nodes", type=int, default=5000, help="cluster size (the figures' keys name it)")
     args = parser.parse_args(argv)
     nodes = args.nodes
@@ -424,6 +508,12 @@ def main(argv: list[str] | None = None) -> int:
             for key in [k for k in mig if k.startswith(("filter_p50_ms_", "filter_p99_ms_"))]:
                 stat, size = key.split("_ms_")
                 figures[f"{stat}_mig_ratio_{size}"] = mig[key] / figures[key]
+        if args.vendors:
+            mixed = run_loop(_run(nodes, resident, filters, binds, nats, log_dir, args.httpx, 0, VENDOR_EVERY))
+            figures.update({f"{k}_vendors": v for k, v in mixed.items() if k not in ("nodes", "resident_per_node")})
+            for key in [k for k in mixed if k.startswith(("filter_p50_ms_", "filter_p99_ms_"))]:
+                stat, size = key.split("_ms_")
+                figures[f"{stat}_vendors_ratio_{size}"] = mixed[key] / figures[key]
     for key, value in figures.items():
         print(f"{key:46s} {value:10.3f}", flush=True)
     print(f"(extender logs in {log_dir})")
@@ -435,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     summary["client"] = "httpx" if args.httpx else "lean"
     if args.mig:
         summary["mig_nodes_percent"] = 100 // MIG_EVERY
+    if args.vendors:
+        summary["vendor_nodes_percent"] = 100 // VENDOR_EVERY
     print(json.dumps(summary))
     return 0
 

@@ -19,6 +19,14 @@ order: a legitimately patched annotation still verifies, a changed profile or pl
 grant is signed over a different domain, ``"hami-grant-v1-mig"``, with the four fields as one JSON array,
 so no value can be moved from one field into another, and a MIG grant can never pass for a plain one (or
 the other way round) by adding or dropping the annotation.
+
+A pod given devices of other families (Ascend, Cambricon, Hygon, …) carries each family's own
+``…-devices-allocated`` list beside NVIDIA's (or alone). Its signature covers those lists too, over the
+domain ``"hami-grant-v1-families"`` with ``[uid, node, devices, mig part, [[key, value], …]]`` (keys sorted)
+as one JSON array: no family's list can be changed, added or dropped while NVIDIA's still verifies. The
+verifier finds them by their key's ending (:data:`FAMILY_LIST_SUFFIX`), so it needs no family's
+configuration. A grant without family lists is signed exactly as before. (HAMi's vendor device plugins
+do not check the signature; it protects whatever allocator does, ours for NVIDIA.)
 """
 
 from __future__ import annotations
@@ -48,12 +56,23 @@ from hami_common.annotations import (
 from hami_common.errors import AnnotationError, InvalidInput
 from hami_common.settings import setting
 
-__all__ = ["MIN_KEY_BYTES", "GrantKey", "GrantSettings", "mig_signed_part", "unverified_reason"]
+__all__ = [
+    "FAMILY_LIST_SUFFIX",
+    "MIN_KEY_BYTES",
+    "GrantKey",
+    "GrantSettings",
+    "family_lists",
+    "mig_signed_part",
+    "unverified_reason",
+]
 
 MIN_KEY_BYTES: Final = 32
 _VERSION: Final = "v1."
 _DOMAIN: Final = b"hami-grant-v1"
 _MIG_DOMAIN: Final = b"hami-grant-v1-mig"
+_FAMILIES_DOMAIN: Final = b"hami-grant-v1-families"
+# Every family's placement list ends so (HAMi's hami.io/<vendor>-devices-allocated); NVIDIA's is left out.
+FAMILY_LIST_SUFFIX: Final = "-devices-allocated"
 _JSON: Final = msgspec.json.Encoder()
 
 log = logging.getLogger(__name__)
@@ -78,19 +97,41 @@ class GrantKey:
             raise InvalidInput(f"grant key file {path}: {err.strerror or err}") from err
         return cls(secret)
 
-    def sign(self, uid: str, node: str, devices: str, mig: Sequence[MigAllocation] = ()) -> str:
+    def sign(
+        self,
+        uid: str,
+        node: str,
+        devices: str,
+        mig: Sequence[MigAllocation] = (),
+        families: Mapping[str, str] | None = None,
+    ) -> str:
         """The signature of a grant; ``mig``: the pod's MIG reservations (only their scheduler-written fields
-        are signed, so passing them before or after the device plugin added its runtime ids is the same)."""
-        return _VERSION + base64.urlsafe_b64encode(self._mac(uid, node, devices, mig)).decode().rstrip("=")
+        are signed, so passing them before or after the device plugin added its runtime ids is the same);
+        ``families``: the other families' lists (:func:`family_lists` of the annotations written)."""
+        mac = self._mac(uid, node, devices, mig, families or {})
+        return _VERSION + base64.urlsafe_b64encode(mac).decode().rstrip("=")
 
-    def verifies(self, signature: str, uid: str, node: str, devices: str, mig: Sequence[MigAllocation] = ()) -> bool:
+    def verifies(
+        self,
+        signature: str,
+        uid: str,
+        node: str,
+        devices: str,
+        mig: Sequence[MigAllocation] = (),
+        families: Mapping[str, str] | None = None,
+    ) -> bool:
         if not signature.startswith(_VERSION):
             return False
-        expected = self.sign(uid, node, devices, mig)
+        expected = self.sign(uid, node, devices, mig, families)
         return hmac.compare_digest(expected.encode(), signature.encode())
 
-    def _mac(self, uid: str, node: str, devices: str, mig: Sequence[MigAllocation]) -> bytes:
-        if mig:
+    def _mac(
+        self, uid: str, node: str, devices: str, mig: Sequence[MigAllocation], families: Mapping[str, str]
+    ) -> bytes:
+        if families:
+            lists = sorted([k, v] for k, v in families.items())
+            message = b"\0".join((_FAMILIES_DOMAIN, _JSON.encode([uid, node, devices, mig_signed_part(mig), lists])))
+        elif mig:
             message = b"\0".join((_MIG_DOMAIN, _JSON.encode([uid, node, devices, mig_signed_part(mig)])))
         else:  # unchanged since before MIG: grants signed by an older scheduler still verify
             message = b"\0".join((_DOMAIN, uid.encode(), node.encode(), devices.encode()))
@@ -119,6 +160,11 @@ class GrantSettings:
         return GrantKey.load(self.grant_key_file) if self.grant_key_file else None
 
 
+def family_lists(annotations: Mapping[str, str]) -> dict[str, str]:
+    """The other device families' placement lists among ``annotations`` (what a signature covers)."""
+    return {k: v for k, v in annotations.items() if k.endswith(FAMILY_LIST_SUFFIX) and k != DEVICES_ALLOCATED}
+
+
 def unverified_reason(key: GrantKey | None, uid: str, annotations: Mapping[str, str]) -> str:
     """Why the pod's annotation grant must not be served; empty when it may.
 
@@ -140,7 +186,7 @@ def unverified_reason(key: GrantKey | None, uid: str, annotations: Mapping[str, 
             mig = decode_mig_allocations(annotations[MIG_ALLOCATIONS])
         except AnnotationError as err:
             return f"the grant's MIG reservations do not decode: {err}"
-    if not key.verifies(signature, uid, node, allocated, mig):
+    if not key.verifies(signature, uid, node, allocated, mig, family_lists(annotations)):
         return f"the {GRANT_SIGNATURE} signature does not match the pod's grant"
     try:
         signed = decode_pod_devices(allocated, DEVICES_ALLOCATED)

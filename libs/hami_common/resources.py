@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 from hami_common.annotations.keys import NVIDIA_VENDOR
 from hami_common.errors import InvalidInput
@@ -25,6 +25,7 @@ __all__ = [
     "ContainerResources",
     "DeviceRequest",
     "PodRequest",
+    "RequestSource",
     "ResourceConfig",
     "container_request",
     "is_exclusive",
@@ -98,18 +99,39 @@ class DeviceRequest:
 
 @dataclass(frozen=True, slots=True)
 class PodRequest:
-    """Every container's request, init containers first; ``None`` for a container without a GPU."""
+    """Every container's request, init containers first; ``None`` for a container without a GPU.
+
+    ``init`` and ``app`` are NVIDIA's requests. A container may also ask for other device families (HAMi's
+    per-container map vendor -> request): ``families`` holds, per container in the same order, those
+    requests (each typed by its family's common word); it is empty when no container asks any, so a pod
+    that asks NVIDIA alone is the same value whether or not families are configured.
+    """
 
     init: tuple[DeviceRequest | None, ...]
     app: tuple[DeviceRequest | None, ...]
+    families: tuple[tuple[DeviceRequest, ...], ...] = ()
 
     @property
     def containers(self) -> tuple[DeviceRequest | None, ...]:
+        """NVIDIA's request per container (the only ones that carry ``nvidia.com/priority``)."""
         return self.init + self.app
+
+    def requests(self, index: int) -> tuple[DeviceRequest, ...]:
+        """Every request of container ``index`` (init first): NVIDIA's, then each family's."""
+        containers = self.containers
+        own = containers[index] if index < len(containers) else None
+        others = self.families[index] if index < len(self.families) else ()
+        return others if own is None else (own, *others)
 
     @property
     def has_devices(self) -> bool:
-        return any(r is not None for r in self.containers)
+        return any(r is not None for r in self.containers) or any(self.families)
+
+
+class RequestSource(Protocol):
+    """A device family's request parsing (``GenerateResourceRequests``): None when the container asks none."""
+
+    def request(self, container: ContainerResources) -> DeviceRequest | None: ...
 
 
 def _integer(c: ContainerResources, resource: str) -> int | None:
@@ -171,11 +193,21 @@ def container_request(c: ContainerResources, config: ResourceConfig) -> DeviceRe
 
 
 def pod_request(
-    init: Sequence[ContainerResources], app: Sequence[ContainerResources], config: ResourceConfig
+    init: Sequence[ContainerResources],
+    app: Sequence[ContainerResources],
+    config: ResourceConfig,
+    families: Sequence[RequestSource] = (),
 ) -> PodRequest:
+    """NVIDIA's request per container, plus each of ``families``' (in their order) where one is asked."""
+    extra: tuple[tuple[DeviceRequest, ...], ...] = ()
+    if families:
+        extra = tuple(tuple(r for r in (f.request(c) for f in families) if r is not None) for c in (*init, *app))
+        if not any(extra):
+            extra = ()
     return PodRequest(
         init=tuple(container_request(c, config) for c in init),
         app=tuple(container_request(c, config) for c in app),
+        families=extra,
     )
 
 

@@ -1,20 +1,23 @@
 """Fitting a whole pod to a node and choosing among nodes (hami-protocol §4.4-4.5, HAMi's calcScore).
 
 Init containers are fitted independently against the node as it is (they run one at a time); app
-containers are fitted in order against one shared copy, so their usage accumulates. The node's score is
-its usage *before* the pod. Among fitting nodes the node policy picks: binpack the highest score, spread
-the lowest; ties go to the node listed last, as HAMi takes the last element of its sorted list.
+containers are fitted in order against one shared copy, so their usage accumulates. A container may ask
+several device families (NVIDIA's request first, then each family's): each request goes to its family's
+Fit and the container's cards are the union. The node's score is its usage *before* the pod, plus each
+family's own node bonus for the cards picked (HAMi adds Ascend 910's grouping score raw). Among fitting
+nodes the node policy picks: binpack the highest score, spread the lowest; ties go to the node listed
+last, as HAMi takes the last element of its sorted list.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 
-from hami_common.annotations.devices import ContainerDevices, PodDevices
+from hami_common.annotations.devices import ContainerDevice, ContainerDevices, PodDevices
 from hami_common.annotations.mig import MigAllocation
 from hami_common.annotations.registration import MODE_MIG
 from hami_common.resources import DeviceRequest, PodRequest
@@ -27,9 +30,45 @@ from hami_common.scheduling.score import device_score, node_score, sort_devices
 from hami_common.scheduling.usage import DeviceCharge, DeviceUsage, NodeUsage, collapse_devices
 from hami_common.scheduling.vendor import ContainerFit, FitContext, Vendor
 
-__all__ = ["DEFAULT_VENDORS", "NodeFit", "choose_node", "fit_container", "fit_node", "preference", "unregistered"]
+__all__ = [
+    "DEFAULT_VENDORS",
+    "NodeFit",
+    "NodeScorer",
+    "PodFamilies",
+    "choose_node",
+    "fit_container",
+    "fit_node",
+    "preference",
+    "unregistered",
+]
 
 DEFAULT_VENDORS: Final[Mapping[str, Vendor]] = {NVIDIA.word: NVIDIA}
+
+
+class NodeScorer(Protocol):
+    """A family's node bonus for the cards a pod was given (HAMi's per-vendor ``ScoreNode``)."""
+
+    @property
+    def word(self) -> str: ...
+
+    def score_node(self, node: NodeUsage, picked: Sequence[Sequence[ContainerDevice]]) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class PodFamilies:
+    """What one pod's fit consults beyond its base preferences, worked out once per pod.
+
+    ``vendors``: every Fit by common word (NVIDIA's and the configured families'); ``prefs``: the pod's
+    preferences per family word, read from that family's own use/nouse annotations (a word not listed uses
+    the pod's base preferences, as NVIDIA does); ``scorers``: the families the pod asks whose node bonus
+    counts."""
+
+    vendors: Mapping[str, Vendor] = field(default_factory=lambda: DEFAULT_VENDORS)
+    prefs: Mapping[str, PodPreferences] = field(default_factory=dict)
+    scorers: tuple[NodeScorer, ...] = ()
+
+
+_NVIDIA_ONLY: Final = PodFamilies()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,53 +151,68 @@ def fit_node(
     memory_factor: int = 1,
     score: float | None = None,
     vendors: Mapping[str, Vendor] = DEFAULT_VENDORS,
+    families: PodFamilies | None = None,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> NodeFit:
-    """HAMi's per-node ``calcScore``; ``score`` may pass the node's score when the caller has it cached."""
+    """HAMi's per-node ``calcScore``; ``score`` may pass the node's score when the caller has it cached.
+
+    ``quota`` is NVIDIA's namespace quota; ``quotas`` a family's, by its common word (Cambricon's Fit checks
+    it; the others have no quota step). ``families`` (see :class:`PodFamilies`) replaces ``vendors``.
+    """
+    plan = families if families is not None else (_NVIDIA_ONLY if vendors is DEFAULT_VENDORS else PodFamilies(vendors))
     grants: list[ContainerDevices] = []
     mig: list[MigAllocation] = []
     init_count = len(request.init)
+    mixed = bool(request.families)
 
     def rejected(fit: ContainerFit) -> NodeFit:
         return NodeFit(node=node.name, rejected=fit.rejected, checked=fit.checked)
 
-    def context(devices_so_far: int) -> FitContext:
+    def context(req: DeviceRequest, index: int) -> FitContext:
+        prior_init = tuple(grants[:init_count])
+        prior_app = tuple(grants[init_count:])
+        own_quota = quota
+        if mixed:
+            # a family's quota counts its own cards only: keep the others' out of the pod's running total
+            prior_init = tuple(tuple(g for g in c if g.type == req.type) for c in prior_init)
+            prior_app = tuple(tuple(g for g in c if g.type == req.type) for c in prior_app)
+        if req.type != NVIDIA.word:
+            own_quota = quotas.get(req.type) if quotas else None
         return FitContext(
-            prefs=prefs,
+            prefs=plan.prefs.get(req.type, prefs),
             node=node,
-            quota=quota,
+            quota=own_quota,
             memory_factor=memory_factor,
-            prior_init=tuple(grants[:init_count]),
-            prior_app=tuple(grants[init_count:]),
-            fitting_init=devices_so_far < init_count,
+            prior_init=prior_init,
+            prior_app=prior_app,
+            fitting_init=index < init_count,
         )
 
     # Init containers run one at a time, so each is fitted against the node as it is; only their MIG
     # instances accumulate: an instance outlives its container (it is destroyed with the pod), so no later
     # container may be placed over it. HAMi fits them against the node as it was, and may overlap the two.
     current = list(node.devices)
-    for req in request.init:
-        if req is None:
-            grants.append(())
-            continue
-        fit = fit_container(current, req, context(len(grants)), vendors)
-        if not fit.fits:
-            return rejected(fit)
-        mig.extend(msgspec.structs.replace(m, container_index=len(grants)) for m in fit.mig)
-        grants.append(fit.devices)
-        _granted(current, fit, instances_only=True)
-    for app_req in request.app:
-        if app_req is None:
-            grants.append(())
-            continue
-        fit = fit_container(current, app_req, context(len(grants)), vendors)
-        if not fit.fits:
-            return rejected(fit)
-        mig.extend(msgspec.structs.replace(m, container_index=len(grants)) for m in fit.mig)
-        grants.append(fit.devices)
-        _granted(current, fit)
+    for index in range(len(request.init) + len(request.app)):
+        is_init = index < init_count
+        picked: tuple[ContainerDevice, ...] = ()
+        for req in request.requests(index):
+            fit = fit_container(current, req, context(req, index), plan.vendors)
+            if not fit.fits:
+                return rejected(fit)
+            # MIG instances index the container's cards: NVIDIA's request comes first, so they stay right
+            mig.extend(msgspec.structs.replace(m, container_index=index) for m in fit.mig)
+            picked = (*picked, *fit.devices)
+            _granted(current, fit, instances_only=is_init)
+        grants.append(picked)
+    total = node_score(node.devices) if score is None else score
+    for scorer in plan.scorers:
+        word = scorer.word
+        own = [tuple(g for g in c if g.type == word) for c in grants]
+        if any(own):
+            total += scorer.score_node(node, own)
     return NodeFit(
         node=node.name,
-        score=node_score(node.devices) if score is None else score,
+        score=total,
         grants=tuple(grants),
         init_count=init_count,
         mig=tuple(mig),

@@ -22,12 +22,12 @@ still fits) gives a minimal, if not always smallest, set.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from hami_common.resources import PodRequest
-from hami_common.scheduling.placement import NodeFit, fit_node
+from hami_common.scheduling.placement import NodeFit, PodFamilies, fit_node
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.quota import NamespaceQuota
 from hami_common.scheduling.usage import DeviceCharge, NodeUsage, apply_charges
@@ -80,6 +80,8 @@ def choose_victims(
     preemptor_priority: int,
     quota: NamespaceQuota | None = None,
     memory_factor: int = 1,
+    families: PodFamilies | None = None,
+    quotas: Mapping[str, NamespaceQuota] | None = None,
 ) -> VictimChoice | None:
     """The smallest victim set on ``node`` that lets the preemptor fit, or None (see the module)."""
 
@@ -88,7 +90,9 @@ def choose_victims(
         for victim in victims:
             usage = apply_charges(usage, victim.charges, -1)
         # the quota as it stands: kube-scheduler does not reason about quotas when it preempts either
-        return fit_node(usage, request, prefs, quota=quota, memory_factor=memory_factor)
+        return fit_node(
+            usage, request, prefs, quota=quota, memory_factor=memory_factor, families=families, quotas=quotas
+        )
 
     eligible = [c for c in candidates if c.priority < preemptor_priority and c.charges]
     if not eligible or fit_without(()).fits or not fit_without(eligible).fits:

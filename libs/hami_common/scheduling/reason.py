@@ -51,9 +51,17 @@ NODE_REASONS = frozenset(
 def render_reasons(counts: Mapping[Reason, int], total: int) -> str:
     """HAMi's ``GenReason``: ``"<count>/<total> <Reason>"`` entries sorted as strings, joined by ``", "``.
 
-    A node-level reason is rendered bare (``NodeInsufficientDevice``, ``node unregistered``).
+    A node-level reason is rendered bare (``NodeInsufficientDevice``, ``node unregistered``). A zero count is
+    left out, except ``AllocatedCardsInsufficientRequest``: Ascend 910C's pairing reports how many NPUs it
+    could pair, and HAMi renders ``0/<n>`` when it paired none.
     """
     bare = sorted(str(r) for r in counts if r in NODE_REASONS)
     if bare:
         return ", ".join(bare)
-    return ", ".join(sorted(f"{n}/{total} {r}" for r, n in counts.items() if n > 0))
+    return ", ".join(
+        sorted(
+            f"{n}/{total} {r}"
+            for r, n in counts.items()
+            if n > 0 or (n == 0 and r is Reason.ALLOCATED_CARDS_INSUFFICIENT_REQUEST)
+        )
+    )

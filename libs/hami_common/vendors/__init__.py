@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from hami_common.vendors._family import Admission, DeviceFamily, NodeLockSpec, NodeView
+from hami_common.vendors._family import Admission, DeviceFamily, NodeLockSpec, NodeView, QuotaSpec
 
-__all__ = ["Admission", "DeviceFamily", "NodeLockSpec", "NodeView"]
+__all__ = ["Admission", "DeviceFamily", "NodeLockSpec", "NodeView", "QuotaSpec"]

@@ -25,7 +25,7 @@ from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import Vendor
 
-__all__ = ["Admission", "DeviceFamily", "NodeLockSpec", "NodeView"]
+__all__ = ["Admission", "DeviceFamily", "NodeLockSpec", "NodeView", "QuotaSpec"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +67,22 @@ class NodeLockSpec:
     shared: bool
 
 
+@dataclass(frozen=True, slots=True)
+class QuotaSpec:
+    """What namespace quota tracks for a family (hami-protocol §4.8, hami-vendors §0.2 "Webhook").
+
+    A ResourceQuota's ``limits.<memory_name>`` and ``limits.<core_name>`` bound the namespace; a placed pod
+    holds the collapsed devices of its ``devices_key`` annotation. ``memory_factor`` is the MiB of one unit
+    of the memory resource, so the limit is multiplied by it (Cambricon's 256 MiB; HAMi applies it only
+    when > 1).
+    """
+
+    memory_name: str
+    core_name: str  # "" when the family has no core resource
+    memory_factor: int
+    devices_key: str  # the pod annotation a placement writes and keeps: hami.io/<...>-devices-allocated
+
+
 class DeviceFamily(Vendor, Protocol):
     """One HAMi backend. ``word``, ``owns`` and ``fit`` come from the placement engine's :class:`Vendor`."""
 
@@ -82,6 +98,11 @@ class DeviceFamily(Vendor, Protocol):
 
     @property
     def node_lock(self) -> NodeLockSpec: ...
+
+    @property
+    def quota(self) -> QuotaSpec:
+        """The resources and annotation the webhook's per-vendor quota pre-check reads."""
+        ...
 
     def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:
         """The webhook's per-container step; InvalidInput with HAMi's message when the request is refused."""
@@ -112,4 +133,10 @@ class DeviceFamily(Vendor, Protocol):
         """The annotations a placement writes for this family (``PatchAnnotations``), beside the generic
         ``hami.io/vgpu-node`` and ``hami.io/vgpu-time`` the binder writes for every pod. ``picked`` is one
         entry per container (init containers first), empty where a container got none of this family."""
+        ...
+
+    def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
+        """The cards of this family a placement gave the pod, per container (init first), read back from
+        its ``…-devices-allocated`` annotation (what the ledger rebuilds from after a restart); ``()`` when
+        the pod has none; AnnotationError when the value does not decode."""
         ...

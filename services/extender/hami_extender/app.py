@@ -35,6 +35,7 @@ from hami_common.kube import (
 )
 from hami_extender.binder import Binder
 from hami_extender.deps import State
+from hami_extender.families import Families
 from hami_extender.handoff import NodeHandoff
 from hami_extender.handshake import NodeHandshakes
 from hami_extender.leadership import Leadership
@@ -116,7 +117,10 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             pods = WatchCache(pod_source(kube), backoff=backoff, name="pods")
             nodes = WatchCache(node_source(kube, label_selector=s.node_label_selector), backoff=backoff, name="nodes")
             quotas = WatchCache(quota_source(kube), backoff=backoff, name="resourcequotas")
-            ledger = Ledger(mig_allowlist=s.device_config().mig_profile_allowlist)
+            families = Families(s.device_config().families)
+            if families:
+                log.info("device families besides NVIDIA: %s", ", ".join(f.word for f in families.configured))
+            ledger = Ledger(mig_allowlist=s.device_config().mig_profile_allowlist, family_words=families.words)
             notices = NoticeQueue()
             publisher = PlacementPublisher(timeout=s.publish_timeout)
             filter_times = FilterTimes()
@@ -134,6 +138,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 call_timeout=s.kube_timeout,
                 filter_times=filter_times,
                 scheduler_name=s.scheduler_name,
+                families=families,
             )
             handshakes = NodeHandshakes(
                 clock=_local_now, leading=lambda: leadership.leading, resource=s.resource_config().count_name
@@ -144,6 +149,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 on_bind_settled=binder.pod_done,
                 handshakes=handshakes,
                 resources=s.resource_config(),
+                families=families,
             )
             pods.add_handler(sync.on_pod)
             nodes.add_handler(sync.on_node)
@@ -154,7 +160,9 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 elector.on_change = RoleLabel(kube, s.lease_namespace, s.candidate()).on_change
             leadership = Leadership(identity=s.candidate(), elector=elector)
             nominations = Nominations(
-                request_of=functools.partial(request_of, config=s.resource_config()), defaults=s.policies()
+                request_of=functools.partial(request_of, config=s.resource_config(), families=families),
+                defaults=s.policies(),
+                plan=families.plan,
             )
             pods.add_handler(nominations.on_pod)
             placer = Placer(
@@ -168,6 +176,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 filter_times=filter_times,
                 grant_key=s.grant_key(),
                 nominations=nominations,
+                families=families,
             )
             preemptor = Preemptor(
                 ledger=ledger,
@@ -175,6 +184,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 budgets=functools.partial(_budgets, kube),
                 defaults=s.policies(),
                 resources=s.resource_config(),
+                families=families,
             )
             recorder = EventRecorder(kube, component=s.scheduler_name, host=s.candidate())
             readiness = Readiness(events=(pods.synced, nodes.synced), wait=s.sync_wait)

@@ -3,6 +3,12 @@
 Hold the node (in memory, and with HAMi's ``hami.io/mutex.lock`` annotation so mixed deployments stay
 safe), mark the pod ``allocating`` with its bind time, POST ``pods/binding``, then publish the placement.
 The hold ends on the pod's allocation results, its deletion, its settled bind phase, or a failed bind.
+
+A pod given devices of other families takes the locks those families name (:mod:`.families`): HAMi's
+shared ``hami.io/mutex.lock``, or a family's own key holding a bare RFC 3339 time that counts as stale
+after the family's expiry (Cambricon's). Their device plugins release them after Allocate, as in HAMi; a
+bind that fails before the Binding is sent removes a family's own lock if it still holds our value. The
+in-memory hold waits for our allocator's results, so it covers the NVIDIA containers only.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ from hami_common.annotations import (
     TRACE_CONTEXT,
     NodeLock,
     decode_node_lock,
+    decode_rfc3339,
     encode_node_lock,
+    encode_rfc3339,
     encode_unix_seconds,
 )
 from hami_common.errors import (
@@ -56,6 +64,8 @@ from hami_common.kube import (
 from hami_common.resources import ResourceConfig
 from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_common.tracing import context_from_annotation, tracer
+from hami_common.vendors import NodeLockSpec
+from hami_extender.families import Families
 from hami_extender.handoff import NodeHandoff
 from hami_extender.ledger import Booking, Ledger
 from hami_extender.notices import BINDING_FAILED, BINDING_SUCCEED, NoticeQueue
@@ -154,6 +164,8 @@ class Binder:
     call_timeout: float = 10.0
     filter_times: FilterTimes = field(default_factory=FilterTimes)
     scheduler_name: str = DEFAULT_SCHEDULER_NAME  # binds only pods whose spec.schedulerName is this
+    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    _own_locks: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)  # uid -> node, family locks
     _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
     unlock_failures: int = 0
     unlocks_handled: int = 0  # ended holds whose lock annotation was removed, found gone, or failed to go
@@ -194,6 +206,9 @@ class Binder:
             try:
                 booking, bind_time, handoff_wait = await self._bind(pod, args.node, attempt)
             except (HamiError, TimeoutError) as err:
+                own_locks = self._own_locks.pop(uid, None)
+                if not attempt.posted and own_locks is not None:
+                    await self._release_own_locks(*own_locks)
                 if not attempt.posted:
                     # refused before the Binding was sent: the pod is as read, and unbound
                     if meta.annotations.get(BIND_PHASE) not in _BOUND_PHASES:
@@ -214,6 +229,7 @@ class Binder:
                 if isinstance(err, TimeoutError):
                     raise TransientError(f"bind of pod {meta.name} timed out") from err
                 raise
+            self._own_locks.pop(uid, None)
             self.notices.emit(
                 reference_to(pod, "Pod"),
                 "Normal",
@@ -269,8 +285,8 @@ class Binder:
         handoff_wait: int | None = None
         booking = self.ledger.booking(meta.uid)
         if booking is None:
-            booking = booking_from(pod)
-        if booking is None and request_of(pod, self.resources).has_devices:
+            booking = booking_from(pod, self.families)
+        if booking is None and request_of(pod, self.resources, self.families).has_devices:
             raise Conflict(f"pod {meta.namespace}/{meta.name} asks for GPUs but holds none: filter it first")
         if booking is not None and booking.node != node:
             raise Conflict(f"pod {meta.namespace}/{meta.name} was filtered to {booking.node}, not {node}")
@@ -278,18 +294,31 @@ class Binder:
         if stale is not None:  # an earlier bind to another node ended in doubt; this one decides
             self._end_hold(meta.uid)
         if booking is not None and any(booking.grants[booking.init_count :]):
-            expected = sum(1 for g in booking.grants if g)
-            waited = time.perf_counter_ns()
-            await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
-            handoff_wait = time.perf_counter_ns() - waited
+            grants, by_family = self.families.split(booking.grants)
+            shared, own = self.families.node_locks(by_family) if by_family else (False, ())
+            nvidia = any(grants[booking.init_count :])
+            if nvidia:
+                expected = sum(1 for g in grants if g)
+                waited = time.perf_counter_ns()
+                await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
+                handoff_wait = time.perf_counter_ns() - waited
             cached = self.cached_node("", node)
+            taken: dict[str, str] = {}
 
             def lock(n: Node) -> AnnotationChanges:
-                return self._lock_changes(n, pod)
+                changes = self._lock_changes(n, pod) if nvidia or shared else {}
+                for spec in own:
+                    changes = {**changes, **self._own_lock_changes(n, spec)}
+                taken.clear()
+                taken.update({s.key: v for s in own if isinstance(v := changes.get(s.key), str)})
+                return changes
 
-            # noted before the write: the watch may show the new lock before the patch answers
-            self._locks[node] = (meta.namespace, meta.name)
-            self._seen.discard(node)
+            if own:
+                self._own_locks[meta.uid] = (node, taken)
+            if nvidia or shared:
+                # noted before the write: the watch may show the new lock before the patch answers
+                self._locks[node] = (meta.namespace, meta.name)
+                self._seen.discard(node)
             async with asyncio.timeout(self.call_timeout):
                 try:
                     await update_node_annotations(_CacheFirst(self.kube, cached), node, lock)
@@ -307,6 +336,33 @@ class Binder:
         async with asyncio.timeout(self.call_timeout):
             await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid, annotations=marks)
         return booking, bind_time, handoff_wait
+
+    def _own_lock_changes(self, node: Node, spec: NodeLockSpec) -> AnnotationChanges:
+        """A family's own lock (Cambricon's ``LockNode``): a bare RFC 3339 time; one younger than the
+        family's expiry is another bind's, a later one is stale and replaced. An unreadable value is an
+        AnnotationError, which fails the bind, as in HAMi."""
+        now = self.clock()
+        current = node.metadata.annotations.get(spec.key)
+        if current and now - decode_rfc3339(current, spec.key) < spec.expiry:
+            raise TransientError(
+                f"node {node.metadata.name} has been locked within {spec.expiry.total_seconds():g}s ({spec.key})"
+            )
+        return {spec.key: encode_rfc3339(now)}
+
+    async def _release_own_locks(self, node: str, taken: dict[str, str]) -> None:
+        """Undo a failed bind's family locks (a merge-patch null), each only while it holds our value."""
+        if not taken:
+            return
+
+        def changes(n: Node) -> AnnotationChanges:
+            return {k: None for k, v in taken.items() if n.metadata.annotations.get(k) == v}
+
+        try:
+            async with asyncio.timeout(self.call_timeout):
+                await update_node_annotations(self.kube, node, changes)
+        except (HamiError, TimeoutError) as err:
+            self.unlock_failures += 1
+            log.warning("family lock of node %s not released: %s", node, err or "timeout", extra={logkeys.NODE: node})
 
     def _lock_changes(self, node: Node, pod: Pod) -> AnnotationChanges:
         """HAMi's LockNode: take a free, expired, own or orphaned lock; refuse a live lock of another pod."""

@@ -9,6 +9,10 @@ node back, as HAMi's 15-second loop does. Only the leader writes; a follower jud
 Watch events are judged as they come, so a pass only revisits the few nodes whose verdict can change
 with time alone (no GPUs allocatable), cleaned nodes, and nodes owed a write while this process did not
 lead: a pass never walks every node, so it never stalls /filter on a large cluster.
+
+The other device families with a handshake key (hami-vendors §0.2) are judged the same way, each on its
+own key with the generic verdict (:func:`hami_common.vendors._common.handshake_verdict`): an unhealthy
+family is cleaned up (its key removed) and only its devices leave the node, until the next pass.
 """
 
 from __future__ import annotations
@@ -25,6 +29,8 @@ from hami_common.errors import HamiError
 from hami_common.kube import Node, NodePatcher
 from hami_common.resources import GPU
 from hami_common.scheduling import NodeReport, allocatable_gpus, node_health
+from hami_common.vendors import DeviceFamily
+from hami_common.vendors._common import allocatable_count, handshake_verdict
 
 __all__ = ["NodeHandshakes"]
 
@@ -42,8 +48,10 @@ class NodeHandshakes:
     _reports: dict[str, NodeReport] = field(default_factory=dict)
     _cleaned: set[str] = field(default_factory=set)  # out of the ledger until the next pass
     _recheck: set[str] = field(default_factory=set)  # the next pass judges these again
-    _writes: asyncio.Queue[str] = field(default_factory=asyncio.Queue)  # node names, each queued once
-    _pending: dict[str, str | None] = field(default_factory=dict)  # node -> the value to write (None: remove)
+    _writes: asyncio.Queue[tuple[str, str]] = field(default_factory=asyncio.Queue)  # (node, key), each once
+    _pending: dict[tuple[str, str], str | None] = field(default_factory=dict)  # -> the value (None: remove)
+    _families_cleaned: set[tuple[str, str]] = field(default_factory=set)  # (node, word) out until the next pass
+    _families_recheck: dict[str, set[str]] = field(default_factory=dict)  # node -> words the next pass judges
 
     def admit(self, node: Node, register: str, *, on_pass: bool = False) -> bool:
         """Judge a registered node; True when its cards may be in the ledger. Queues the writes it owes."""
@@ -68,10 +76,10 @@ class NodeHandshakes:
                 extra={logkeys.NODE: name},
             )
             if leading and handshake is not None:
-                self._write(name, None)
+                self._write(name, NODE_HANDSHAKE, None)
             return False
         if health.write_handshake and leading:
-            self._write(name, encode_handshake(now))
+            self._write(name, NODE_HANDSHAKE, encode_handshake(now))
         if allocatable == 0 or (health.write_handshake and not leading):
             self._recheck.add(name)
         else:
@@ -84,23 +92,68 @@ class NodeHandshakes:
         self._cleaned.discard(name)
         self._recheck.discard(name)
 
+    def admit_family(self, node: Node, family: DeviceFamily, *, on_pass: bool = False) -> bool:
+        """Judge one family with a handshake key on a node showing it; True when its devices may count."""
+        key = family.handshake_key
+        if key is None:
+            return True  # no handshake (Cambricon): always healthy, devices read every time
+        name, word = node.metadata.name, family.word
+        if (name, word) in self._families_cleaned and not on_pass:
+            return False
+        self._families_cleaned.discard((name, word))
+        value = node.metadata.annotations.get(key)
+        allocatable = allocatable_count(node.status.allocatable, family.resource_names[0])
+        outcome = handshake_verdict(key, value, self.clock(), allocatable)
+        leading = self.leading()
+        rechecks = self._families_recheck.setdefault(name, set())
+        if not outcome.healthy:
+            self._families_cleaned.add((name, word))
+            rechecks.discard(word)
+            log.warning(
+                "node %s failed the %s handshake check (%s %r, %d allocatable): its %s devices are dropped",
+                name, word, key, value, allocatable, word, extra={logkeys.NODE: name},
+            )  # fmt: skip
+            if leading and value is not None:
+                self._write(name, key, None)
+        else:
+            if outcome.patch is not None and leading:
+                self._write(name, key, outcome.patch)
+            # a Requesting value ages into a verdict without any event: look again while nothing is allocatable
+            if allocatable == 0 or (outcome.patch is not None and not leading):
+                rechecks.add(word)
+            else:
+                rechecks.discard(word)
+        if not rechecks:
+            del self._families_recheck[name]
+        return outcome.healthy
+
+    def forget_family(self, name: str, word: str) -> None:
+        """The node no longer shows this family."""
+        self._families_cleaned.discard((name, word))
+        rechecks = self._families_recheck.get(name)
+        if rechecks is not None:
+            rechecks.discard(word)
+            if not rechecks:
+                del self._families_recheck[name]
+
     def due(self) -> list[str]:
         """The nodes the next pass judges again."""
-        return sorted(self._cleaned | self._recheck)
+        families = {n for n, _ in self._families_cleaned} | self._families_recheck.keys()
+        return sorted(self._cleaned | self._recheck | families)
 
-    def _write(self, name: str, value: str | None) -> None:
-        if name not in self._pending:
-            self._writes.put_nowait(name)
-        self._pending[name] = value  # a later verdict replaces one not yet written
+    def _write(self, name: str, key: str, value: str | None) -> None:
+        if (name, key) not in self._pending:
+            self._writes.put_nowait((name, key))
+        self._pending[(name, key)] = value  # a later verdict replaces one not yet written
 
     async def run_writes(self, nodes: NodePatcher, call_timeout: float) -> None:
         """Write queued handshakes and cleanups, one merge patch each (owned by the lifespan)."""
         while True:
-            name = await self._writes.get()
-            value = self._pending.pop(name)
+            name, key = await self._writes.get()
+            value = self._pending.pop((name, key))
             try:
                 async with asyncio.timeout(call_timeout):
-                    await nodes.patch_node_annotations(name, {NODE_HANDSHAKE: value})
+                    await nodes.patch_node_annotations(name, {key: value})
                 if value is None:
                     self.cleaned_up += 1
                 else:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from hami_common.annotations import DeviceInfo, MigAllocation, PodDevices
 from hami_common.scheduling import (
     DeviceCharge,
+    DeviceUsage,
     NamespaceQuota,
     NodeUsage,
     apply_charges,
@@ -31,11 +32,13 @@ _FULL_CORES = 100
 
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """What a node offers: its cards (registration order), pair scores and cordoned cards."""
+    """What a node offers: its NVIDIA cards (registration order), pair scores and cordoned cards, and the
+    other device families' devices (``families``, idle, as each family read them; after NVIDIA's)."""
 
     devices: tuple[DeviceInfo, ...]
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     cordoned: frozenset[str] = frozenset()
+    families: tuple[DeviceUsage, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,8 +81,11 @@ class NodeView:
         )
 
 
-def _view(usage: NodeUsage) -> NodeView:
-    free = [d for d in usage.devices if d.health and d.has_free_slot and d.id not in usage.cordoned]
+def _view(usage: NodeUsage, nvidia: int | None = None) -> NodeView:
+    """``nvidia``: how many of the node's devices (the first ones) are NVIDIA's, when others follow; the
+    summary covers those only, as only NVIDIA requests are pre-filtered (the families' Fit differs)."""
+    devices = usage.devices if nvidia is None else usage.devices[:nvidia]
+    free = [d for d in devices if d.health and d.has_free_slot and d.id not in usage.cordoned]
     return NodeView(
         usage=usage,
         score=node_score(usage.devices),
@@ -105,8 +111,14 @@ class Ledger:
     ``mig_allowlist`` is the device config's ``migProfileAllowlist``: a MIG card offers the profiles it
     allows for the card's model (all of them when it names none)."""
 
-    def __init__(self, mig_allowlist: Sequence[AllowlistEntry] = ()) -> None:
+    def __init__(
+        self, mig_allowlist: Sequence[AllowlistEntry] = (), family_words: AbstractSet[str] = frozenset()
+    ) -> None:
         self.mig_allowlist: tuple[AllowlistEntry, ...] = tuple(mig_allowlist)
+        # the device families' common words: their cards count against their own quota, not NVIDIA's
+        self.family_words = frozenset(family_words)
+        self._family_limits: dict[tuple[str, str], NamespaceQuota] = {}
+        self._family_used: dict[tuple[str, str], tuple[int, int]] = {}
         self._registrations: dict[str, Registration] = {}
         self._views: dict[str, NodeView] = {}
         self._order: list[tuple[float, str]] = []  # (score, node), ascending: Filter's visiting order
@@ -136,14 +148,23 @@ class Ledger:
         registration = self._registrations[node]
         usage = NodeUsage(
             name=node,
-            devices=tuple(device_usage_from(d, self.mig_allowlist) for d in registration.devices),
+            devices=(
+                *(device_usage_from(d, self.mig_allowlist) for d in registration.devices),
+                *registration.families,
+            ),
             pair_scores=registration.pair_scores,
             cordoned=registration.cordoned,
         )
         for uid in sorted(self._by_node.get(node, ())):
             usage = apply_charges(usage, self._bookings[uid].charges)
-        self._set_view(node, _view(usage))
+        self._set_view(node, _view(usage, self._nvidia_count(node)))
         self.version += 1
+
+    def _nvidia_count(self, node: str) -> int | None:
+        registration = self._registrations.get(node)
+        if registration is None or not registration.families:
+            return None
+        return len(registration.devices)
 
     def view(self, node: str) -> NodeView | None:
         return self._views.get(node)
@@ -213,7 +234,8 @@ class Ledger:
     def _apply(self, booking: Booking, sign: int) -> None:
         view = self._views.get(booking.node)
         if view is not None:
-            self._set_view(booking.node, _view(apply_charges(view.usage, booking.charges, sign)))
+            usage = apply_charges(view.usage, booking.charges, sign)
+            self._set_view(booking.node, _view(usage, self._nvidia_count(booking.node)))
         self.version += 1
 
     def _drop_view(self, node: str) -> NodeView | None:
@@ -245,10 +267,43 @@ class Ledger:
             memory_limit=limits.memory_limit, cores_limit=limits.cores_limit, used_memory=mem, used_cores=cores
         )
 
+    def set_family_quotas(self, namespace: str, limits: Mapping[str, NamespaceQuota]) -> None:
+        """The namespace's limits per family word (replacing the earlier ones)."""
+        for key in [k for k in self._family_limits if k[0] == namespace]:
+            del self._family_limits[key]
+        for word, quota in limits.items():
+            self._family_limits[(namespace, word)] = quota
+
+    def family_quotas(self, namespace: str) -> dict[str, NamespaceQuota]:
+        """The families' quotas in ``namespace`` with what its pods hold, by word (none set: empty)."""
+        if not self._family_limits:
+            return {}
+        out: dict[str, NamespaceQuota] = {}
+        for (ns, word), limits in self._family_limits.items():
+            if ns == namespace:
+                mem, cores = self._family_used.get((ns, word), (0, 0))
+                out[word] = NamespaceQuota(
+                    memory_limit=limits.memory_limit, cores_limit=limits.cores_limit, used_memory=mem, used_cores=cores
+                )
+        return out
+
     def _charge_quota(self, booking: Booking, sign: int) -> None:
+        charges = booking.charges
+        if self.family_words:
+            own = [c for c in charges if c.type in self.family_words]
+            if own:
+                charges = tuple(c for c in charges if c.type not in self.family_words)
+                for c in own:
+                    key = (booking.namespace, c.type)
+                    mem, cores = self._family_used.get(key, (0, 0))
+                    mem, cores = mem + sign * c.usedmem, cores + sign * c.usedcores
+                    if mem == 0 and cores == 0:
+                        self._family_used.pop(key, None)
+                    else:
+                        self._family_used[key] = (mem, cores)
         mem, cores = self._used.get(booking.namespace, (0, 0))
-        mem += sign * sum(c.usedmem for c in booking.charges)
-        cores += sign * sum(c.usedcores for c in booking.charges)
+        mem += sign * sum(c.usedmem for c in charges)
+        cores += sign * sum(c.usedcores for c in charges)
         if mem == 0 and cores == 0:
             self._used.pop(booking.namespace, None)
         else:

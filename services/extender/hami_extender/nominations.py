@@ -8,13 +8,13 @@ only what is left, so a preemption's gain is never taken by the pod behind it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from hami_common.errors import InvalidInput
 from hami_common.kube import Change, Pod
 from hami_common.resources import PodRequest
-from hami_common.scheduling import PodPreferences, SchedulerDefaults, preferences_from_annotations
+from hami_common.scheduling import PodFamilies, PodPreferences, SchedulerDefaults, preferences_from_annotations
 
 __all__ = ["Nominations", "Nominee"]
 
@@ -25,12 +25,18 @@ class Nominee:
     priority: int
     request: PodRequest
     prefs: PodPreferences
+    families: PodFamilies | None = None  # the device families its fit consults (None: NVIDIA's alone)
+
+
+def _nvidia_only(request: PodRequest, annotations: Mapping[str, str], prefs: PodPreferences) -> PodFamilies | None:
+    return None
 
 
 @dataclass(eq=False)
 class Nominations:
     request_of: Callable[[Pod], PodRequest]
     defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
+    plan: Callable[[PodRequest, Mapping[str, str], PodPreferences], PodFamilies | None] = _nvidia_only
     _nodes: dict[str, str] = field(default_factory=dict)  # uid -> the node it is nominated to
     _by_node: dict[str, dict[str, Nominee]] = field(default_factory=dict)
 
@@ -50,7 +56,8 @@ class Nominations:
         except InvalidInput:
             return  # Filter refuses it with the reason; it holds nothing meanwhile
         self._nodes[meta.uid] = node
-        self._by_node.setdefault(node, {})[meta.uid] = Nominee(meta.uid, pod.spec.priority, request, prefs)
+        families = self.plan(request, meta.annotations, prefs)
+        self._by_node.setdefault(node, {})[meta.uid] = Nominee(meta.uid, pod.spec.priority, request, prefs, families)
 
     def _drop(self, uid: str) -> None:
         node = self._nodes.pop(uid, None)

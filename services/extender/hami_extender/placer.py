@@ -5,6 +5,9 @@ to goroutine timing); a cheap summary rules out nodes that cannot hold the reque
 fit runs, and the first node that fits is the answer (the node HAMi's sort would put last). Only when no
 node fits is every node fitted, so each failed node gets HAMi's reason text. The reservation is made
 before the patch and undone if the patch fails.
+
+A pod may ask for the configured device families too (:mod:`.families`): their requests go to their own
+Fit, their node bonus is added to the score, and each used family's annotations join the one patch.
 """
 
 from __future__ import annotations
@@ -32,13 +35,14 @@ from hami_common.annotations import (
     encode_unix_seconds,
 )
 from hami_common.errors import HamiError, InvalidInput, TransientError
-from hami_common.grants import GrantKey
-from hami_common.kube import Container, ObjectReference, Pod, PodPatcher, reference_to
-from hami_common.resources import ContainerResources, PodRequest, ResourceConfig, pod_request
+from hami_common.grants import GrantKey, family_lists
+from hami_common.kube import ObjectReference, Pod, PodPatcher, reference_to
+from hami_common.resources import PodRequest, ResourceConfig
 from hami_common.scheduling import (
     NodeFit,
     NodePolicy,
     NodeUsage,
+    PodFamilies,
     PodPreferences,
     Reason,
     SchedulerDefaults,
@@ -49,6 +53,7 @@ from hami_common.scheduling import (
     preferences_from_annotations,
 )
 from hami_common.tracing import context_from_annotation, tracer
+from hami_extender.families import Families
 from hami_extender.ledger import Booking, Ledger, NodeView
 from hami_extender.nominations import Nominations
 from hami_extender.notices import FILTERING_FAILED, FILTERING_SUCCEED, NoticeQueue
@@ -61,14 +66,11 @@ __all__ = ["Filtered", "Placer", "request_of"]
 log = logging.getLogger(__name__)
 
 
-def request_of(pod: Pod, config: ResourceConfig) -> PodRequest:
-    def resources(containers: Sequence[Container]) -> list[ContainerResources]:
-        return [
-            ContainerResources(name=c.name, limits=c.resources.limits, requests=c.resources.requests)
-            for c in containers
-        ]
+_NO_FAMILIES = Families()
 
-    return pod_request(resources(pod.spec.init_containers), resources(pod.spec.containers), config)
+
+def request_of(pod: Pod, config: ResourceConfig, families: Families = _NO_FAMILIES) -> PodRequest:
+    return families.request_of(pod, config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +93,7 @@ class Placer:
     filter_times: FilterTimes = field(default_factory=FilterTimes)  # read by Bind, for the placement decision
     grant_key: GrantKey | None = None  # signs each grant, so allocators can tell it from a forged one
     nominations: Nominations | None = None  # preemptors kube-scheduler nominated: their nodes are kept for them
+    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:
@@ -101,27 +104,34 @@ class Placer:
     async def filter(self, args: FilterArgs) -> Filtered:
         pod = args.pod
         assert pod is not None  # the codec refuses args without a pod
-        request = request_of(pod, self.resources)
+        request = request_of(pod, self.resources, self.families)
         if not request.has_devices:
             return Filtered(FilterResult(node_names=args.node_names))
         prefs = self._preferences(pod)
+        plan = self.families.plan(request, pod.metadata.annotations, prefs)
         if args.nodes is not None:
-            return Filtered(self._simulate(args, request, prefs))
+            return Filtered(self._simulate(args, request, prefs, plan))
         with tracer().start_as_current_span(
             spans.FILTER, context=context_from_annotation(pod.metadata.annotations.get(TRACE_CONTEXT))
         ) as span:
             span.set_attribute(logkeys.POD_UID, pod.metadata.uid)
-            return await self._place(pod, args.node_names or [], args.wanted, request, prefs)
+            return await self._place(pod, args.node_names or [], args.wanted, request, prefs, plan)
 
     # --- the node-cache path -------------------------------------------------------------------------------
 
-    def _fit(self, view: NodeView, request: PodRequest, prefs: PodPreferences, pod: Pod) -> NodeFit:
+    def _fit(self, view: NodeView, request: PodRequest, prefs: PodPreferences, pod: Pod, plan: PodFamilies) -> NodeFit:
         usage = view.usage
         score: float | None = view.score
         if self.nominations is not None:
             # what a preemption freed here belongs to the pods nominated to it first (see .nominations)
             for nominee in self.nominations.ahead_of(usage.name, pod.metadata.uid, pod.spec.priority):
-                held = fit_node(usage, nominee.request, nominee.prefs, memory_factor=self.defaults.memory_factor)
+                held = fit_node(
+                    usage,
+                    nominee.request,
+                    nominee.prefs,
+                    memory_factor=self.defaults.memory_factor,
+                    families=nominee.families,
+                )
                 if not held.fits:
                     return NodeFit(node=usage.name, rejected={Reason.NODE_NOMINATED_FOR_OTHER_POD: 1})
                 usage, score = apply_charges(usage, held.charges), None
@@ -132,10 +142,18 @@ class Placer:
             quota=self.ledger.quota(prefs.namespace),
             memory_factor=self.defaults.memory_factor,
             score=score,
+            families=plan,
+            quotas=self.ledger.family_quotas(prefs.namespace) if request.families else None,
         )
 
     def _choose(
-        self, pod: Pod, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
+        self,
+        pod: Pod,
+        names: Sequence[str],
+        wanted: frozenset[str],
+        request: PodRequest,
+        prefs: PodPreferences,
+        plan: PodFamilies,
     ) -> tuple[NodeFit | None, list[NodeFit]]:
         spread = prefs.node_policy is NodePolicy.SPREAD
         ordered, missing = self.ledger.candidates(names, spread, wanted or None)
@@ -146,19 +164,25 @@ class Placer:
             if not all(view.may_fit(*check) for check in checks):
                 skipped.append(view)
                 continue
-            fit = self._fit(view, request, prefs, pod)
+            fit = self._fit(view, request, prefs, pod, plan)
             if fit.fits:
                 return fit, failed
             failed.append(fit)
-        failed.extend(self._fit(view, request, prefs, pod) for view in skipped)
+        failed.extend(self._fit(view, request, prefs, pod, plan) for view in skipped)
         return None, failed
 
     async def _place(
-        self, pod: Pod, names: Sequence[str], wanted: frozenset[str], request: PodRequest, prefs: PodPreferences
+        self,
+        pod: Pod,
+        names: Sequence[str],
+        wanted: frozenset[str],
+        request: PodRequest,
+        prefs: PodPreferences,
+        plan: PodFamilies,
     ) -> Filtered:
         meta = pod.metadata
         self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
-        chosen, failed = self._choose(pod, names, wanted, request, prefs)
+        chosen, failed = self._choose(pod, names, wanted, request, prefs, plan)
         ref = reference_to(pod, "Pod")
         if chosen is None:
             self._report_failure(ref, failed)
@@ -174,19 +198,35 @@ class Placer:
             mig=chosen.mig,
         )
         self.ledger.book(booking)  # reserve before the patch: a concurrent Filter sees these cards taken
-        encoded = encode_pod_devices(chosen.grants)
+        nvidia, by_family = self.families.split(chosen.grants) if request.families else (chosen.grants, {})
+        encoded = encode_pod_devices(nvidia)
         changes: dict[str, str | None] = {
             VGPU_NODE: chosen.node,
             VGPU_TIME: encode_unix_seconds(self.clock()),
-            DEVICES_TO_ALLOCATE: encoded,
-            DEVICES_ALLOCATED: encoded,
         }
+        if any(nvidia) or not by_family:
+            changes[DEVICES_TO_ALLOCATE] = encoded
+            changes[DEVICES_ALLOCATED] = encoded
+        else:  # HAMi writes a vendor's lists only when the pod got its devices: none of NVIDIA's here
+            encoded = ""
+            for key in (DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED):
+                if key in meta.annotations:
+                    changes[key] = None
+        signed: dict[str, str] = {}
+        if by_family:
+            view = self.ledger.view(chosen.node)
+            usage = view.usage if view is not None else NodeUsage(name=chosen.node, devices=())
+            written = {k: v for k, v in changes.items() if v is not None}
+            signed = self.families.pod_annotations(usage, by_family, {**meta.annotations, **written})
+            changes.update(signed)
         if chosen.mig:
             changes[MIG_ALLOCATIONS] = encode_mig_allocations(chosen.mig)
         elif MIG_ALLOCATIONS in meta.annotations:
             changes[MIG_ALLOCATIONS] = None  # an earlier Filter's reservations, on another node or card
         if self.grant_key is not None:
-            changes[GRANT_SIGNATURE] = self.grant_key.sign(meta.uid, chosen.node, encoded, chosen.mig)
+            changes[GRANT_SIGNATURE] = self.grant_key.sign(
+                meta.uid, chosen.node, encoded, chosen.mig, family_lists(signed)
+            )
         started = time.perf_counter()
         try:
             async with asyncio.timeout(self.patch_timeout):
@@ -236,7 +276,9 @@ class Placer:
 
     # --- the dry-run path (hami-protocol §7.4): full nodes, no usage, no side effects ----------------------
 
-    def _simulate(self, args: FilterArgs, request: PodRequest, prefs: PodPreferences) -> FilterResult:
+    def _simulate(
+        self, args: FilterArgs, request: PodRequest, prefs: PodPreferences, plan: PodFamilies
+    ) -> FilterResult:
         assert args.nodes is not None
         fits: list[NodeFit] = []
         raw_by_name = {}
@@ -256,7 +298,7 @@ class Placer:
                 pair_scores=registration.pair_scores,
                 cordoned=registration.cordoned,
             )
-            fits.append(fit_node(usage, request, prefs, memory_factor=self.defaults.memory_factor))
+            fits.append(fit_node(usage, request, prefs, memory_factor=self.defaults.memory_factor, families=plan))
         chosen = choose_node(fits, prefs.node_policy)
         items = [raw_by_name[chosen.node]] if chosen is not None else []
         return FilterResult(nodes=RawNodeList(items=items), failed_nodes=_sorted_reasons(f for f in fits if not f.fits))

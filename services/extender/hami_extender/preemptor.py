@@ -26,6 +26,7 @@ from hami_common.scheduling import (
     choose_victims,
     preferences_from_annotations,
 )
+from hami_extender.families import Families
 from hami_extender.ledger import Ledger
 from hami_extender.placer import request_of
 from hami_extender.wire import MetaPod, MetaVictims, PreemptionArgs, PreemptionResult
@@ -122,17 +123,20 @@ class Preemptor:
     budgets: Callable[[], Awaitable[list[Budget]]]  # every PodDisruptionBudget, read when a choice needs them
     defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
+    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
         pod = args.pod
         meta = pod.metadata
-        request = request_of(pod, self.resources)
+        request = request_of(pod, self.resources, self.families)
         if not request.has_devices:
             return PreemptionResult(node_name_to_meta_victims={})
         try:
             prefs = preferences_from_annotations(meta.annotations, meta.namespace, self.defaults)
         except InvalidInput as err:
             raise InvalidInput(f"preempt: {err} for pod {meta.name}") from err
+        plan = self.families.plan(request, meta.annotations, prefs)
+        quotas = self.ledger.family_quotas(meta.namespace) if request.families else None
         victims_by_node = {node: self._victims(node, pod) for node in args.nodes}
         budgets = await self.budgets() if any(victims_by_node.values()) else []
         chosen: dict[str, MetaVictims] = {}
@@ -158,6 +162,8 @@ class Preemptor:
                 preemptor_priority=pod.spec.priority,
                 quota=self.ledger.quota(meta.namespace),
                 memory_factor=self.defaults.memory_factor,
+                families=plan,
+                quotas=quotas,
             )
             if choice is not None:
                 chosen[node] = MetaVictims(

@@ -3,11 +3,14 @@
 A pod holds cards when it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and has not
 finished; once every init container has exited 0, only its app containers count. A node is registered
 while ``hami.io/node-nvidia-register`` lists at least one card and the node passes HAMi's handshake check
-(:mod:`.handshake`).
+(:mod:`.handshake`), or while a configured device family finds devices there (:mod:`.families`): each
+family is read and judged on its own, so one family's bad annotation or failed handshake drops only its
+devices. A pod's cards are read back from NVIDIA's list and every family's.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -32,7 +35,8 @@ from hami_common.annotations import (
 from hami_common.errors import AnnotationError
 from hami_common.kube import Change, Node, Pod, ResourceQuota
 from hami_common.resources import ResourceConfig
-from hami_common.scheduling import collapse_devices, cordoned_devices, quota_from_hard
+from hami_common.scheduling import DeviceUsage, collapse_devices, cordoned_devices, quota_from_hard
+from hami_extender.families import Families, merge
 from hami_extender.handshake import NodeHandshakes
 from hami_extender.ledger import Booking, Ledger, Registration
 
@@ -71,20 +75,30 @@ def _init_done(pod: Pod) -> bool:
     return all(s.state.terminated is not None and s.state.terminated.exit_code == 0 for s in statuses)
 
 
-def booking_from(pod: Pod) -> Booking | None:
+_NO_FAMILIES = Families()
+
+
+def booking_from(pod: Pod, families: Families = _NO_FAMILIES) -> Booking | None:
     """What the pod holds according to its annotations; None when it holds nothing (any more).
 
     A MIG pod also holds the instances of ``hami.io/vgpu-mig-allocations``, all of them until the pod
-    finishes: an instance lives as long as its pod, a finished init container's too. Raises
-    ``AnnotationError`` when either annotation does not decode."""
+    finishes: an instance lives as long as its pod, a finished init container's too. A pod's cards of the
+    configured ``families`` are read from each family's own list and follow NVIDIA's in each container, as
+    Filter grants them. Raises ``AnnotationError`` when an annotation does not decode."""
     meta = pod.metadata
     node = meta.annotations.get(VGPU_NODE)
     allocated = meta.annotations.get(DEVICES_ALLOCATED)
-    if not node or not allocated or pod.status.phase in FINISHED_PHASES:
+    if not node or pod.status.phase in FINISHED_PHASES:
+        return None
+    by_family = families.allocated(meta.annotations) if families else {}
+    if not allocated and not by_family:
         return None
     init_count = len(pod.spec.init_containers)
-    decoded = decode_pod_devices(allocated, DEVICES_ALLOCATED)
-    grants = decoded[: init_count + len(pod.spec.containers)] if pod.spec.containers else decoded
+    decoded = decode_pod_devices(allocated, DEVICES_ALLOCATED) if allocated else ()
+    containers = init_count + len(pod.spec.containers)
+    grants = decoded[:containers] if pod.spec.containers else decoded
+    if by_family:
+        grants = merge(grants, by_family, containers if pod.spec.containers else len(grants))
     init, app = grants[:init_count], grants[init_count:]
     if _init_done(pod):
         init = ()
@@ -113,6 +127,7 @@ class LedgerSync:
     on_bind_settled: Callable[[str], None] = lambda uid: None
     handshakes: NodeHandshakes | None = None  # None: judge no handshakes (tests of the ledger alone)
     resources: ResourceConfig = field(default_factory=ResourceConfig)  # quota keys follow the resource names
+    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
     malformed: int = 0
     _quotas: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
 
@@ -126,7 +141,7 @@ class LedgerSync:
         if VGPU_NODE not in pod.metadata.annotations:
             return  # not ours yet; a reservation made by Filter stands until the patch is seen
         try:
-            booking = booking_from(pod)
+            booking = booking_from(pod, self.families)
         except AnnotationError as err:
             self.malformed += 1
             log.warning("pod %s/%s: %s", pod.metadata.namespace, pod.metadata.name, err, extra={logkeys.POD_UID: uid})
@@ -145,6 +160,9 @@ class LedgerSync:
             self.ledger.forget(name)
             if self.handshakes is not None:
                 self.handshakes.forget(name)
+                for word in self.families.words:
+                    self.handshakes.forget_family(name, word)
+            self.families.forget(name)
             return
         self.judge(change.obj)
 
@@ -163,10 +181,33 @@ class LedgerSync:
                 registration = None
         elif self.handshakes is not None:
             self.handshakes.forget(name)
+        if self.families:
+            extra = self._family_devices(node, on_pass)
+            if extra:
+                base = registration if registration is not None else Registration(devices=())
+                registration = dataclasses.replace(base, families=extra)
         if registration is None:
             self.ledger.forget(name)
         else:
             self.ledger.register(name, registration)
+
+    def _family_devices(self, node: Node, on_pass: bool) -> tuple[DeviceUsage, ...]:
+        """Every configured family's devices on the node that passes its handshake (HAMi's loop: read the
+        devices, then CheckHealth; unhealthy drops that family's devices only)."""
+        name = node.metadata.name
+        out: list[DeviceUsage] = []
+        for family in self.families.configured:
+            if not self.families.present(family, node):
+                if self.handshakes is not None:
+                    self.handshakes.forget_family(name, family.word)
+                continue
+            devices = self.families.node_devices(family, node)
+            if not devices:
+                continue
+            if self.handshakes is not None and not self.handshakes.admit_family(node, family, on_pass=on_pass):
+                continue
+            out.extend(devices)
+        return tuple(out)
 
     def judge_again(self, node: Node) -> None:
         """A pass of the handshake checks (HAMi's 15-second loop) revisits the node."""
@@ -183,3 +224,5 @@ class LedgerSync:
             meta.namespace,
             quota_from_hard(quotas.values(), self.resources.memory_name, self.resources.core_name) if quotas else None,
         )
+        if self.families:
+            self.ledger.set_family_quotas(meta.namespace, self.families.quotas(quotas.values()))

@@ -25,14 +25,14 @@ from dataclasses import dataclass, replace
 
 import msgspec
 
-from hami_common.annotations.devices import ContainerDevice, encode_pod_devices
+from hami_common.annotations.devices import ContainerDevice, decode_pod_devices, encode_pod_devices
 from hami_common.annotations.keys import NODE_LOCK, VGPU_TIME
 from hami_common.resources import ContainerResources, DeviceRequest
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import family_preferences
-from hami_common.vendors._family import Admission, NodeLockSpec, NodeView
+from hami_common.vendors._family import Admission, NodeLockSpec, NodeView, QuotaSpec
 from hami_common.vendors.ascend import keys
 from hami_common.vendors.ascend.admission import admit, is_hami_core, parse_request, round_memory
 from hami_common.vendors.ascend.config import AscendConfig, ChipConfig
@@ -78,6 +78,16 @@ class AscendFamily:
     @property
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=keys.LOCK_EXPIRY, shared=True)
+
+    @property
+    def quota(self) -> QuotaSpec:
+        c = self.chip
+        return QuotaSpec(
+            memory_name=c.resource_memory_name,
+            core_name=c.resource_core_name,
+            memory_factor=c.memory_factor,
+            devices_key=keys.devices_allocated_key(self.word),
+        )
 
     def owns(self, dev: DeviceUsage) -> bool:
         """HAMi's selection: the card type contains the common word (any case); see the module docstring."""
@@ -163,6 +173,11 @@ class AscendFamily:
         if moment is not None:
             out[keys.PREDICATE_TIME] = moment
         return out
+
+    def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
+        key = keys.devices_allocated_key(self.word)
+        value = pod_annotations.get(key)
+        return decode_pod_devices(value, key) if value else ()
 
 
 def families(config: AscendConfig) -> tuple[AscendFamily, ...]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami_common.annotations.devices import ContainerDevice, encode_pod_devices
+from hami_common.annotations.devices import ContainerDevice, decode_pod_devices, encode_pod_devices
 from hami_common.errors import AnnotationError, InvalidInput
 from hami_common.quantity import as_int
 from hami_common.resources import ContainerResources, DeviceRequest
@@ -22,7 +22,7 @@ from hami_common.vendors._common import (
     fit_walk,
     whole_number,
 )
-from hami_common.vendors._family import Admission, NodeLockSpec, NodeView
+from hami_common.vendors._family import Admission, NodeLockSpec, NodeView, QuotaSpec
 from hami_common.vendors.cambricon.config import CambriconConfig
 from hami_common.vendors.cambricon.keys import (
     DEVICE_ID_INFIX,
@@ -122,6 +122,17 @@ class CambriconFamily:
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=LOCK_EXPIRY, shared=False)
 
+    @property
+    def quota(self) -> QuotaSpec:
+        """ResourceQuota vmemory counts 256 MiB units, as the pod's resource does (HAMi's FitQuota × 256)."""
+        c = self.config
+        return QuotaSpec(
+            memory_name=c.resource_memory_name,
+            core_name=c.resource_core_name,
+            memory_factor=MEMORY_UNIT,
+            devices_key=DEVICES_ALLOCATED,
+        )
+
     def owns(self, dev: DeviceUsage) -> bool:
         return dev.type == MLU
 
@@ -173,3 +184,7 @@ class CambriconFamily:
             DSMLU_ASSIGNED: NOT_ASSIGNED,
             DSMLU_ASSIGHED: NOT_ASSIGNED,
         }
+
+    def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
+        value = pod_annotations.get(DEVICES_ALLOCATED)
+        return decode_pod_devices(value, DEVICES_ALLOCATED) if value else ()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami_common.annotations.devices import ContainerDevice, encode_pod_devices
+from hami_common.annotations.devices import ContainerDevice, decode_pod_devices, encode_pod_devices
 from hami_common.annotations.keys import NODE_LOCK
 from hami_common.resources import ContainerResources, DeviceRequest
 from hami_common.scheduling.policy import PodPreferences
@@ -23,7 +23,7 @@ from hami_common.vendors._common import (
     type_filter,
     whole_number,
 )
-from hami_common.vendors._family import Admission, NodeLockSpec, NodeView
+from hami_common.vendors._family import Admission, NodeLockSpec, NodeView, QuotaSpec
 from hami_common.vendors.hygon.config import HygonConfig
 from hami_common.vendors.hygon.keys import (
     DCU,
@@ -60,6 +60,16 @@ class HygonFamily:
     @property
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=SHARED_LOCK_EXPIRY, shared=True)
+
+    @property
+    def quota(self) -> QuotaSpec:
+        c = self.config
+        return QuotaSpec(
+            memory_name=c.resource_memory_name,
+            core_name=c.resource_core_name,
+            memory_factor=c.factor,
+            devices_key=DEVICES_ALLOCATED,
+        )
 
     def owns(self, dev: DeviceUsage) -> bool:
         return dev.type.upper().startswith(DCU)
@@ -122,3 +132,7 @@ class HygonFamily:
             return {}
         devices = encode_pod_devices(picked)
         return {DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: devices}
+
+    def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
+        value = pod_annotations.get(DEVICES_ALLOCATED)
+        return decode_pod_devices(value, DEVICES_ALLOCATED) if value else ()
