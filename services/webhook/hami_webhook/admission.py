@@ -10,11 +10,12 @@ The order on CREATE:
 4. per container, init containers first: percentage validation (``Errored(500)``), (ours) every other GPU
    quantity a non-negative integer (``Errored(400)``), ``CUDA_TASK_PRIORITY``,
    ``GPU_CORE_UTILIZATION_POLICY``, defaultGPUNum, exclusive-by-default cores, runtimeClassName,
-   ``NVIDIA_VISIBLE_DEVICES=none``; (ours) ``CUDA_DISABLE_CONTROL`` removed from GPU containers;
+   ``NVIDIA_VISIBLE_DEVICES=none``; (ours) ``CUDA_DISABLE_CONTROL`` removed from GPU containers; then every
+   configured device family's step (:mod:`hami_webhook.vendors`; its refusal is ``Errored(500)``);
 5. a privileged container in a GPU pod → denied ``container <name> is privileged``; (ours) one adding
    CAP_SYS_ADMIN → denied ``container <name> adds CAP_SYS_ADMIN``;
 6. schedulerName set; a pod with a nodeName → denied ``pod has node assigned``;
-7. the namespace quota → denied ``exceeding resource quota``;
+7. the namespace quota, NVIDIA's and each family's → denied ``exceeding resource quota``;
 8. (ours) the trace context annotation; the patch.
 
 On UPDATE only the guards of step 2 apply, plus step 5 for ephemeral containers newly added to a GPU pod
@@ -24,6 +25,7 @@ On UPDATE only the guards of step 2 apply, plus step 5 for ephemeral containers 
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Protocol
 
@@ -45,10 +47,12 @@ from hami_common.resources import (
     validate_percentage,
 )
 from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.vendors import DeviceFamily
 from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, render_patch
 from hami_webhook.podview import ContainerSpec, EnvVar, PodView, decode_pod
 from hami_webhook.reserved import touched_reserved_annotation
 from hami_webhook.review import AdmissionRequest, is_empty
+from hami_webhook.vendors import admit_families, families_fit_quota, family_resource_names
 
 __all__ = [
     "CREATE",
@@ -119,6 +123,7 @@ class AdmissionPolicy:
     gpu_core_policy: str = DEFAULT_CORE_POLICY
     runtime_class_name: str = ""
     system_users: frozenset[str] = frozenset()
+    families: tuple[DeviceFamily, ...] = ()  # the device families beside NVIDIA the device config enables
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,6 +132,7 @@ class NamespaceState:
 
     quota: NamespaceQuota = field(default_factory=NamespaceQuota)
     may_disable_control: bool = False
+    family_quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)  # by family common word
 
 
 class NamespaceSource(Protocol):
@@ -183,7 +189,7 @@ def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: Ad
         key = touched_reserved_annotation(pod.annotations, None if old is None else old.annotations)
         if key is not None:
             return _denied(RESERVED_ANNOTATION.format(key=key, user=user or "an anonymous user"), pod)
-    names = _gpu_resource_names(policy.resources)
+    names = _device_resource_names(policy)
     for ctr in pod.spec.ephemeral_containers:
         res = ctr.as_resources()
         for name in names:
@@ -214,8 +220,12 @@ def _is_gpu_pod(pod: PodView, names: tuple[str, ...]) -> bool:
     return any(ctr.as_resources().asks_for(name) for ctr in containers for name in names)
 
 
-def _gpu_resource_names(config: ResourceConfig) -> tuple[str, ...]:
-    return (config.count_name, config.memory_name, config.memory_percentage_name, config.core_name)
+def _device_resource_names(policy: AdmissionPolicy) -> tuple[str, ...]:
+    """Every resource that makes a device container: NVIDIA's and each configured family's (the one list the
+    device-pod rules read: ephemeral containers, privileged additions on UPDATE)."""
+    config = policy.resources
+    nvidia = (config.count_name, config.memory_name, config.memory_percentage_name, config.core_name)
+    return nvidia + family_resource_names(policy.families)
 
 
 def _other_scheduler(pod: PodView, policy: AdmissionPolicy) -> bool:
@@ -253,16 +263,23 @@ def _create(
                 validate_percentage(res, policy.resources)
             except InvalidInput as err:
                 return _errored(HTTP_INTERNAL, str(err), pod)
-            bad = _bad_quantity(res, policy.resources)
+            bad = _bad_quantity(res, policy)
             if bad is not None:
                 return _errored(HTTP_BAD_REQUEST, bad, pod)
             edit = edits.container(which, index)
             has_gpu, res = _mutate_container(ctr, res, edit, policy, namespace.may_disable_control)
+            if has_gpu and runtime_class is None and policy.runtime_class_name:
+                runtime_class = edits.runtime_class_name = policy.runtime_class_name
+            try:
+                family = admit_families(policy.families, res, edit, pod.annotations)
+            except InvalidInput as err:  # HAMi: any MutateAdmission error is Errored(500, err)
+                return _errored(HTTP_INTERNAL, str(err), pod)
+            res = family.resources
+            if family.asks and runtime_class is None and family.runtime_class:
+                runtime_class = edits.runtime_class_name = family.runtime_class
             mutated[which].append(res)
-            if has_gpu:
+            if has_gpu or family.asks:
                 gpu_containers += 1
-                if runtime_class is None and policy.runtime_class_name:
-                    runtime_class = edits.runtime_class_name = policy.runtime_class_name
     for ctr in (*pod.spec.init_containers, *pod.spec.containers):
         if gpu_containers and (escalation := _escalation(ctr)) is not None:
             return _denied(escalation, pod)
@@ -275,20 +292,26 @@ def _create(
         memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], policy.resources)
         if (memory or cores) and not quota.fits(memory, cores, policy.resources.memory_factor):
             return _denied(QUOTA_EXCEEDED, pod)
+    init, app = mutated[ContainerList.INIT], mutated[ContainerList.APP]
+    if not families_fit_quota(policy.families, namespace.family_quotas, init, app):
+        return _denied(QUOTA_EXCEEDED, pod)
     if gpu_containers and trace_context and TRACE_CONTEXT not in pod.annotations:
         edits.annotations[TRACE_CONTEXT] = trace_context
     patch = () if edits.empty else render_patch(pod, edits)
     return Verdict(Outcome.ALLOWED, HTTP_OK, "", patch, pod, gpu_containers)
 
 
-def _bad_quantity(res: ContainerResources, config: ResourceConfig) -> str | None:
+def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | None:
     """Why a GPU quantity of this container cannot be honoured, or None.
 
     The apiserver refuses such pods itself (quantities must parse; extended resources must be non-negative
     integers), so HAMi never sees one; a cluster or emulator that lets one through would leave the pod pending
-    for ever, the extender failing on it at every try. The percentage has HAMi's own check and message.
+    for ever, the extender failing on it at every try. The percentage has HAMi's own check and message. The
+    families' resources are extended resources too, so the same rule covers them, before any family parses.
     """
-    for name in (config.count_name, config.memory_name, config.core_name, config.priority_name):
+    config = policy.resources
+    names = (config.count_name, config.memory_name, config.core_name, config.priority_name)
+    for name in names + family_resource_names(policy.families):
         for source in (res.limits, res.requests):
             text = source.get(name)
             if text is None:

@@ -46,7 +46,8 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
             ready: Callable[[], bool] = _always
             if s.watch_cluster:
                 kube = await stack.enter_async_context(KubeClient.from_settings(s))
-                cluster = ClusterState(kube, policy.resources, parse_label_rule(s.disable_control_label))
+                rule = parse_label_rule(s.disable_control_label)
+                cluster = ClusterState(kube, policy.resources, rule, policy.families)
                 tasks.append(tg.create_task(cluster.run(), name="webhook caches"))
                 reviewer.namespaces = cluster
                 ready = cluster.is_synced

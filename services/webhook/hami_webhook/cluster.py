@@ -8,6 +8,7 @@ the webhook is not ready until then (``/readyz``).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import msgspec
@@ -24,6 +25,7 @@ from hami_common.kube import (
     quota_source,
 )
 from hami_common.resources import ResourceConfig
+from hami_common.vendors import DeviceFamily
 from hami_webhook.admission import NamespaceState
 from hami_webhook.quota import QuotaBook
 
@@ -64,6 +66,7 @@ class ClusterState:
     kube: KubeClient
     config: ResourceConfig = field(default_factory=ResourceConfig)
     disable_control_rule: LabelRule | None = None
+    families: Sequence[DeviceFamily] = ()  # each family's quota is tracked beside NVIDIA's
     book: QuotaBook = field(init=False)
     quotas: WatchCache[ResourceQuota] = field(init=False)
     pods: WatchCache[Pod] = field(init=False)
@@ -72,7 +75,7 @@ class ClusterState:
     def __post_init__(self) -> None:
         s = self.kube.settings
         backoff = Backoff(initial=s.kube_backoff_initial, cap=s.kube_backoff_max)
-        self.book = QuotaBook(self.config)
+        self.book = QuotaBook(self.config, self.families)
         self.quotas = WatchCache(quota_source(self.kube), backoff=backoff, name="resourcequotas")
         self.quotas.add_handler(self.book.on_quota)
         # Every pod, not only those labelled hami.io/vgpu-node: labels are the tenant's to remove, and a pod
@@ -109,4 +112,8 @@ class ClusterState:
         if self.disable_control_rule is not None and self.namespaces is not None:
             ns = self.namespaces.get("", name)
             may_disable = ns is not None and self.disable_control_rule.matches(ns.metadata.labels)
-        return NamespaceState(quota=self.book.quota(name), may_disable_control=may_disable)
+        return NamespaceState(
+            quota=self.book.quota(name),
+            may_disable_control=may_disable,
+            family_quotas=self.book.family_quotas(name),
+        )

@@ -53,15 +53,17 @@ def escape_pointer(token: str) -> str:
 
 @dataclass(slots=True)
 class ContainerEdit:
-    """What the rules change in one container: limits set, env entries removed (indices), env appended."""
+    """What the rules change in one container: limits and requests set, env entries removed (indices), env
+    appended."""
 
     limits: dict[str, str] = field(default_factory=dict)
+    requests: dict[str, str] = field(default_factory=dict)  # a family's rewrite (Ascend's rounded memory)
     env_removed: list[int] = field(default_factory=list)
     env_added: list[EnvVar] = field(default_factory=list)
 
     @property
     def empty(self) -> bool:
-        return not (self.limits or self.env_removed or self.env_added)
+        return not (self.limits or self.requests or self.env_removed or self.env_added)
 
 
 @dataclass(slots=True)
@@ -87,18 +89,28 @@ class PodEdits:
         )
 
 
+def _quantity_ops(prefix: str, kind: str, original: dict[str, str] | None, edited: dict[str, str]) -> list[PatchOp]:
+    """``resources/<kind>`` (limits or requests) set to the edited values, the map added when absent."""
+    if not edited:
+        return []
+    if original is None:
+        return [PatchOp(op=ADD, path=f"{prefix}/resources/{kind}", value=dict(edited))]
+    path = f"{prefix}/resources/{kind}"
+    return [
+        PatchOp(op=REPLACE if key in original else ADD, path=f"{path}/{escape_pointer(key)}", value=quantity)
+        for key, quantity in edited.items()
+    ]
+
+
 def _container_ops(prefix: str, ctr: ContainerSpec, edit: ContainerEdit) -> list[PatchOp]:
     ops: list[PatchOp] = []
-    if edit.limits:
-        res = ctr.resources
-        if res is None:
-            ops.append(PatchOp(op=ADD, path=f"{prefix}/resources", value=Resources(limits=dict(edit.limits))))
-        elif res.limits is None:
-            ops.append(PatchOp(op=ADD, path=f"{prefix}/resources/limits", value=dict(edit.limits)))
-        else:
-            for key, quantity in edit.limits.items():
-                verb = REPLACE if key in res.limits else ADD
-                ops.append(PatchOp(op=verb, path=f"{prefix}/resources/limits/{escape_pointer(key)}", value=quantity))
+    res = ctr.resources
+    if res is None and (edit.limits or edit.requests):
+        whole = Resources(limits=dict(edit.limits) or None, requests=dict(edit.requests) or None)
+        ops.append(PatchOp(op=ADD, path=f"{prefix}/resources", value=whole))
+    elif res is not None:
+        ops.extend(_quantity_ops(prefix, "limits", res.limits, edit.limits))
+        ops.extend(_quantity_ops(prefix, "requests", res.requests, edit.requests))
     for index in sorted(set(edit.env_removed), reverse=True):
         ops.append(PatchOp(op=REMOVE, path=f"{prefix}/env/{index}"))
     if edit.env_added:

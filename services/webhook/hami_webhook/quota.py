@@ -1,15 +1,17 @@
-"""Namespace GPU quota as the webhook sees it (hami-protocol §4.8): limits from ResourceQuotas, usage from pods.
+"""Namespace device quota as the webhook sees it (hami-protocol §4.8): limits from ResourceQuotas, usage from pods.
 
 :class:`QuotaBook` is fed by two watch caches (ResourceQuotas, and every pod: a label such as
-``hami.io/vgpu-node`` is the tenant's to remove, so usage comes from the scheduler-owned device annotation
-alone) and keeps per-namespace totals incrementally, so a request reads two dictionary entries. A pod's
-usage is its device annotation, init containers collapsed (§4.9); pods that finished hold nothing.
+``hami.io/vgpu-node`` is the tenant's to remove, so usage comes from the scheduler-owned device annotations
+alone) and keeps per-namespace totals incrementally, so a request reads a few dictionary entries. It tracks
+one :class:`Track` per vendor: NVIDIA's, then each configured device family's (its ``QuotaSpec``), each
+with its own ``limits.<memory>`` and ``limits.<cores>`` and its own device annotation. A pod's usage is its
+device annotations, init containers collapsed (§4.9); pods that finished hold nothing.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
@@ -21,51 +23,112 @@ from hami_common.kube import Change, Pod, ResourceQuota
 from hami_common.resources import ResourceConfig
 from hami_common.scheduling.quota import NamespaceQuota, quota_from_hard
 from hami_common.scheduling.usage import collapse_devices
+from hami_common.vendors import DeviceFamily
 
-__all__ = ["FINISHED_PHASES", "QuotaBook", "pod_usage"]
+__all__ = ["FINISHED_PHASES", "NVIDIA_DEVICE_KEYS", "QuotaBook", "Track", "pod_usage"]
 
 log = logging.getLogger(__name__)
 
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
+# NVIDIA's device list: the allocated copy, else the to-allocate one the device plugin consumes.
+NVIDIA_DEVICE_KEYS: Final = (DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE)
 Usage = tuple[int, int]  # (MiB, core percent)
+_NOTHING: Final[Usage] = (0, 0)
 
 
-def pod_usage(pod: Pod) -> Usage:
-    """What a placed pod holds: Σ memory and cores over its collapsed devices; (0, 0) when it holds nothing.
+@dataclass(frozen=True, slots=True)
+class Track:
+    """One vendor's quota: the resources a ResourceQuota limits and the annotations holding a pod's devices
+    (the first non-empty one counts)."""
+
+    memory_name: str
+    core_name: str
+    device_keys: tuple[str, ...]
+
+    @classmethod
+    def nvidia(cls, config: ResourceConfig) -> Track:
+        return cls(config.memory_name, config.core_name, NVIDIA_DEVICE_KEYS)
+
+    @classmethod
+    def of(cls, family: DeviceFamily) -> Track:
+        spec = family.quota
+        return cls(spec.memory_name, spec.core_name, (spec.devices_key,))
+
+
+def pod_usage(pod: Pod, keys: Sequence[str] = NVIDIA_DEVICE_KEYS) -> Usage:
+    """What a placed pod holds of one vendor: Σ memory and cores over its collapsed devices; (0, 0) when it
+    holds nothing. ``keys``: the vendor's device annotations, the first non-empty one read.
 
     Raises InvalidInput when the device annotation does not follow its grammar.
     """
     if pod.status.phase in FINISHED_PHASES:
-        return 0, 0
+        return _NOTHING
     annotations = pod.metadata.annotations
-    key = DEVICES_ALLOCATED if annotations.get(DEVICES_ALLOCATED) else DEVICES_TO_ALLOCATE
-    text = annotations.get(key)
-    if not text:
-        return 0, 0
-    containers = decode_pod_devices(text, key)
+    key = next((k for k in keys if annotations.get(k)), None)
+    if key is None:
+        return _NOTHING
+    containers = decode_pod_devices(annotations[key], key)
     n_init = len(pod.spec.init_containers)
     charges = collapse_devices(containers[:n_init], containers[n_init:])
     return sum(c.usedmem for c in charges), sum(c.usedcores for c in charges)
 
 
+def _tightest(hards: Iterable[Mapping[str, str]], track: Track) -> NamespaceQuota:
+    """Every ResourceQuota of a namespace must hold, so the smallest limit of each kind counts."""
+    memory: int | None = None
+    cores: int | None = None
+    for hard in hards:
+        one = quota_from_hard([hard], track.memory_name, track.core_name)
+        if one.memory_limit is not None:
+            memory = one.memory_limit if memory is None else min(memory, one.memory_limit)
+        if one.cores_limit is not None:
+            cores = one.cores_limit if cores is None else min(cores, one.cores_limit)
+    return NamespaceQuota(memory_limit=memory, cores_limit=cores)
+
+
+def _limited(q: NamespaceQuota) -> bool:
+    return q.memory_limit is not None or q.cores_limit is not None
+
+
 @dataclass(eq=False)
 class QuotaBook:
-    """Per-namespace limits and usage, kept current by :meth:`on_quota` and :meth:`on_pod`."""
+    """Per-namespace limits and usage of every vendor, kept current by :meth:`on_quota` and :meth:`on_pod`.
+
+    Track 0 is NVIDIA's (:meth:`quota`); the others are the families', by common word (:meth:`family_quotas`).
+    """
 
     config: ResourceConfig = field(default_factory=ResourceConfig)
+    families: Sequence[DeviceFamily] = ()
+    tracks: tuple[Track, ...] = field(init=False)
+    _words: tuple[str, ...] = field(init=False)  # the families' common words, track i+1 each
     _hards: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)  # ns -> quota name -> hard
-    _limits: dict[str, NamespaceQuota] = field(default_factory=dict)
-    _pods: dict[tuple[str, str], Usage] = field(default_factory=dict)
-    _used: dict[str, Usage] = field(default_factory=dict)
+    _limits: dict[str, tuple[NamespaceQuota, ...]] = field(default_factory=dict)  # ns -> per track
+    _pods: dict[tuple[str, str], tuple[Usage, ...]] = field(default_factory=dict)
+    _used: dict[str, tuple[Usage, ...]] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set)  # namespaces whose limits or usage moved since last taken
 
-    def quota(self, namespace: str) -> NamespaceQuota:
-        """The namespace's limits (None where unset) with its current usage."""
+    def __post_init__(self) -> None:
+        self.tracks = (Track.nvidia(self.config), *(Track.of(f) for f in self.families))
+        self._words = tuple(f.word for f in self.families)
+
+    def _quota(self, namespace: str, track: int) -> NamespaceQuota:
         limits = self._limits.get(namespace)
-        used = self._used.get(namespace, (0, 0))
+        used = self._used.get(namespace)
+        memory, cores = _NOTHING if used is None else used[track]
         if limits is None:
-            return NamespaceQuota(used_memory=used[0], used_cores=used[1])
-        return NamespaceQuota(limits.memory_limit, limits.cores_limit, used[0], used[1])
+            return NamespaceQuota(used_memory=memory, used_cores=cores)
+        return NamespaceQuota(limits[track].memory_limit, limits[track].cores_limit, memory, cores)
+
+    def quota(self, namespace: str) -> NamespaceQuota:
+        """The namespace's NVIDIA limits (None where unset) with its current usage."""
+        return self._quota(namespace, 0)
+
+    def family_quotas(self, namespace: str) -> dict[str, NamespaceQuota]:
+        """The families the namespace limits, by common word, each with its current usage."""
+        limits = self._limits.get(namespace)
+        if limits is None:
+            return {}
+        return {word: self._quota(namespace, i) for i, word in enumerate(self._words, 1) if _limited(limits[i])}
 
     def on_quota(self, change: Change[ResourceQuota]) -> None:
         meta = change.obj.metadata
@@ -74,32 +137,19 @@ class QuotaBook:
             quotas.pop(meta.name, None)
         else:
             quotas[meta.name] = change.obj.spec.hard
-        self._limits[meta.namespace] = self._tightest(quotas.values())
+        self._limits[meta.namespace] = tuple(_tightest(quotas.values(), track) for track in self.tracks)
         if not quotas:
             del self._hards[meta.namespace]
             del self._limits[meta.namespace]
         self.changed.add(meta.namespace)
 
-    def _tightest(self, hards: Iterable[Mapping[str, str]]) -> NamespaceQuota:
-        """Every ResourceQuota of a namespace must hold, so the smallest limit of each kind counts."""
-        memory: int | None = None
-        cores: int | None = None
-        for hard in hards:
-            one = quota_from_hard([hard], self.config.memory_name, self.config.core_name)
-            if one.memory_limit is not None:
-                memory = one.memory_limit if memory is None else min(memory, one.memory_limit)
-            if one.cores_limit is not None:
-                cores = one.cores_limit if cores is None else min(cores, one.cores_limit)
-        return NamespaceQuota(memory_limit=memory, cores_limit=cores)
-
-    def on_pod(self, change: Change[Pod]) -> None:
-        meta = change.obj.metadata
-        key = (meta.namespace, meta.name)
-        usage: Usage = (0, 0)
-        if change.type != "DELETED":
+    def _pod_usage(self, pod: Pod) -> tuple[Usage, ...]:
+        usage: list[Usage] = []
+        for track in self.tracks:
             try:
-                usage = pod_usage(change.obj)
+                usage.append(pod_usage(pod, track.device_keys))
             except InvalidInput as err:
+                meta = pod.metadata
                 log.warning(
                     "pod %s/%s: device annotation ignored for quota: %s",
                     meta.namespace,
@@ -107,23 +157,35 @@ class QuotaBook:
                     err,
                     extra={logkeys.POD_UID: meta.uid},
                 )
-        before = self._pods.pop(key, (0, 0))
-        if usage != (0, 0):
+                usage.append(_NOTHING)
+        return tuple(usage)
+
+    def on_pod(self, change: Change[Pod]) -> None:
+        meta = change.obj.metadata
+        key = (meta.namespace, meta.name)
+        nothing = (_NOTHING,) * len(self.tracks)
+        usage = nothing if change.type == "DELETED" else self._pod_usage(change.obj)
+        before = self._pods.pop(key, nothing)
+        if usage != nothing:
             self._pods[key] = usage
         if usage == before:
             return
-        mem, cores = self._used.get(meta.namespace, (0, 0))
-        total = (mem - before[0] + usage[0], cores - before[1] + usage[1])
+        used = self._used.get(meta.namespace, nothing)
+        total = tuple(
+            (mem - was[0] + now[0], cores - was[1] + now[1])
+            for (mem, cores), was, now in zip(used, before, usage, strict=True)
+        )
         if meta.namespace in self._limits:
             self.changed.add(meta.namespace)
-        if total == (0, 0):
+        if total == nothing:
             self._used.pop(meta.namespace, None)
         else:
             self._used[meta.namespace] = total
 
     def limited(self) -> list[str]:
-        """Namespaces with a GPU quota (a ResourceQuota setting limits.<memory> or limits.<cores>)."""
-        return sorted(ns for ns, q in self._limits.items() if q.memory_limit is not None or q.cores_limit is not None)
+        """Namespaces with a device quota (a ResourceQuota setting limits.<memory> or limits.<cores> of a
+        tracked vendor)."""
+        return sorted(ns for ns, limits in self._limits.items() if any(_limited(q) for q in limits))
 
     def take_changed(self) -> list[str]:
         """The namespaces changed since the last call (each once), sorted."""
@@ -133,15 +195,16 @@ class QuotaBook:
     def usage(self, namespace: str, at_ns: int) -> QuotaUsage:
         """The namespace's quota as announced on the bus: each tracked resource with a limit, used and limit.
 
-        Used and limit are in the resource's own unit (MiB, core percent), as HAMi's QuotaUsed reports them.
+        Used and limit are as HAMi's QuotaUsed reports them: used in MiB and core percent, the limit as the
+        ResourceQuota writes it (for Cambricon, 256 MiB units: HAMi scales it only when checking).
         """
-        q = self.quota(namespace)
-        resources = tuple(
-            QuotaResource(name=name, used=used, limit=limit)
+        resources: list[QuotaResource] = []
+        for i, track in enumerate(self.tracks):
+            q = self._quota(namespace, i)
             for name, used, limit in (
-                (self.config.memory_name, q.used_memory, q.memory_limit),
-                (self.config.core_name, q.used_cores, q.cores_limit),
-            )
-            if limit is not None
-        )
-        return QuotaUsage(namespace=namespace, resources=resources, at_ns=at_ns)
+                (track.memory_name, q.used_memory, q.memory_limit),
+                (track.core_name, q.used_cores, q.cores_limit),
+            ):
+                if limit is not None and name:
+                    resources.append(QuotaResource(name=name, used=used, limit=limit))
+        return QuotaUsage(namespace=namespace, resources=tuple(resources), at_ns=at_ns)

@@ -87,4 +87,5 @@ class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings):
             if self.runtime_class_name is None
             else self.runtime_class_name,
             system_users=frozenset(self.system_users),
+            families=device.families,
         )

@@ -1,0 +1,114 @@
+"""The configured device families at admission (hami-vendors §0.2 "Webhook"), never one by name.
+
+HAMi calls every backend's ``MutateAdmission`` per container, init containers first; NVIDIA's rules live in
+:mod:`hami_webhook.admission`, the other families' here. Each family judges a container
+(:meth:`~hami_common.vendors.DeviceFamily.admit`) and its verdict becomes edits: limits and requests it
+rewrote (Ascend's template rounding, 910C's 1 → 2), env it appends, a runtimeClassName for a pod without one.
+A container that asks for any family makes the pod a device pod exactly as an NVIDIA one does.
+
+The quota pre-check covers the families too (HAMi's webhook is their only quota check except Cambricon's
+Fit): per family, the pod's demand (init peak against app sum, as for NVIDIA) against the namespace's
+``limits.<memory>`` and ``limits.<cores>``, the memory limit in the family's own unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hami_common.errors import InvalidInput
+from hami_common.resources import ContainerResources
+from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.vendors import DeviceFamily
+from hami_webhook.patch import ContainerEdit
+from hami_webhook.podview import EnvVar
+
+__all__ = ["FamilyVerdict", "admit_families", "families_fit_quota", "family_demand", "family_resource_names"]
+
+
+@dataclass(frozen=True, slots=True)
+class FamilyVerdict:
+    """One container after every family judged it: whether any asked, the resources, a runtime class."""
+
+    asks: bool
+    resources: ContainerResources
+    runtime_class: str | None = None
+
+
+def family_resource_names(families: Iterable[DeviceFamily]) -> tuple[str, ...]:
+    """Every extended resource the families manage: asking for any of them makes a device container."""
+    return tuple(name for family in families for name in family.resource_names)
+
+
+def _changed(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:
+    return {key: text for key, text in after.items() if before.get(key) != text}
+
+
+def admit_families(
+    families: Sequence[DeviceFamily],
+    res: ContainerResources,
+    edit: ContainerEdit,
+    pod_annotations: Mapping[str, str],
+) -> FamilyVerdict:
+    """Every family's ``admit`` on one container, in configuration order, each seeing the previous rewrite.
+
+    Rewrites and env land in ``edit``; InvalidInput (HAMi's message) propagates, for Errored(500).
+    """
+    asks = False
+    runtime_class: str | None = None
+    for family in families:
+        verdict = family.admit(res, pod_annotations)
+        limits = _changed(res.limits, verdict.limits)
+        requests = _changed(res.requests, verdict.requests)
+        if limits or requests:
+            edit.limits.update(limits)
+            edit.requests.update(requests)
+            res = ContainerResources(res.name, {**res.limits, **limits}, {**res.requests, **requests})
+        edit.env_added.extend(EnvVar(name=name, value=text) for name, text in verdict.env.items())
+        if verdict.asks:
+            asks = True
+            if runtime_class is None and verdict.runtime_class:
+                runtime_class = verdict.runtime_class
+    return FamilyVerdict(asks=asks, resources=res, runtime_class=runtime_class)
+
+
+def family_demand(
+    family: DeviceFamily, init: Sequence[ContainerResources], app: Sequence[ContainerResources]
+) -> tuple[int, int]:
+    """The pod's (MiB, cores) of one family: the larger of the init peak and the app sum, per field.
+
+    MiB are the family's request (already times its memory factor); a container whose request the family
+    drops (HAMi's "not requesting", e.g. 16Gi of Ascend memory) counts nothing.
+    """
+    peaks = [0, 0, 0, 0]  # init memory, init cores, app memory, app cores
+    for group, is_init in ((init, True), (app, False)):
+        for res in group:
+            try:
+                request = family.request(res)
+            except InvalidInput:
+                request = None
+            if request is None:
+                continue
+            memory, cores = request.memreq * request.nums, request.coresreq * request.nums
+            if is_init:
+                peaks[0], peaks[1] = max(peaks[0], memory), max(peaks[1], cores)
+            else:
+                peaks[2], peaks[3] = peaks[2] + memory, peaks[3] + cores
+    return max(peaks[0], peaks[2]), max(peaks[1], peaks[3])
+
+
+def families_fit_quota(
+    families: Sequence[DeviceFamily],
+    quotas: Mapping[str, NamespaceQuota],
+    init: Sequence[ContainerResources],
+    app: Sequence[ContainerResources],
+) -> bool:
+    """HAMi's ``FitQuota`` per family whose resources the namespace limits (``quotas`` by common word)."""
+    for family in families:
+        quota = quotas.get(family.word)
+        if quota is None or (quota.memory_limit is None and quota.cores_limit is None):
+            continue
+        memory, cores = family_demand(family, init, app)
+        if (memory or cores) and not quota.fits(memory, cores, family.quota.memory_factor):
+            return False
+    return True
