@@ -234,7 +234,7 @@ STOP_S = 120.0  # a loaded machine (the whole suite on 2 cores) has taken over 6
 @pytest.fixture
 def two_stacks(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], subprocess.Popen[str]]]:
     env = {**os.environ, "TMPDIR": str(tmp_path)}  # the default run folders go under this test's folder
-    ups = [_start_up(None, "--no-examples", env=env) for _ in range(2)]
+    ups = [_start_up(None, "--no-examples", "--mig-nodes", "0", env=env) for _ in range(2)]
     try:
         for up in ups:
             _wait_ready(up)

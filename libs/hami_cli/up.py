@@ -32,13 +32,15 @@ from hami_cli.state import NoStackError, UpState, read_state, remove_state, run_
 from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
 from hami_common.annotations import TRACE_CONTEXT
 from hami_common.errors import HamiError
+from hami_common.inventory import NVIDIA_VENDOR
 from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import OTEL_ENDPOINT, OTEL_TRACES_ENDPOINT, setup_tracing
+from hami_common.vendors.plugin import fake_vendors
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
-__all__ = ["main"]
+__all__ = ["example_paths", "main"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,7 @@ STRAGGLER_S: Final = 10.0  # the longest the stop waits for tasks left once ever
 EXIT_STUCK: Final = 70  # EX_SOFTWARE: stopped, but a task ignored its cancellation
 HAMI: Final = "`./hami"  # how the README runs it from the checkout
 SETTLE_S: Final = 30.0  # how long the demo waits for its examples to land before printing
+VENDOR_EXAMPLES: Final = "vendors"  # <examples>/vendors/<vendor>.yaml: submitted only with --vendors naming it
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -66,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
         "--mig-nodes", type=int, default=1, help="nodes beside --nodes whose GPUs are cut into MIG instances"
     )
     parser.add_argument("--mig-gpus", type=int, default=2, help="GPUs (A100-80GB, MIG mode on) per MIG node")
+    parser.add_argument(
+        "--vendors",
+        type=_vendors,
+        default=(NVIDIA_VENDOR,),
+        help="device vendors, comma separated: nvidia and any of "
+        f"{', '.join(sorted(fake_vendors()))}; each one beside nvidia adds a node of its fake devices, enables it "
+        "in the device config and submits its examples (<examples>/vendors/<vendor>.yaml)",
+    )
+    parser.add_argument("--vendor-devices", type=int, default=2, help="devices per vendor node")
     parser.add_argument("--examples", type=Path, default=Path("examples"), help="pod YAML files to submit at start")
     parser.add_argument("--no-examples", action="store_true", help="submit nothing")
     parser.add_argument("--metrics-port", type=int, default=METRICS_PORT, help="0: any free port")
@@ -83,6 +95,28 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _vendors(text: str) -> tuple[str, ...]:
+    words = tuple(dict.fromkeys(w.strip().lower() for w in text.split(",") if w.strip()))
+    known = {NVIDIA_VENDOR, *fake_vendors()}
+    unknown = [w for w in words if w not in known]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown vendor {unknown[0]!r}; choose from {', '.join(sorted(known))}")
+    return words
+
+
+def example_paths(folder: Path, vendors: Sequence[str]) -> list[Path]:
+    """The default examples (NVIDIA's, the folder's own files) and, for each other vendor on, its file in
+    ``<folder>/vendors/``; a vendor's pods are never submitted without its node."""
+    paths = [folder] if folder.exists() else []
+    for vendor in vendors:
+        if vendor == NVIDIA_VENDOR:
+            continue
+        path = folder / VENDOR_EXAMPLES / f"{vendor}.yaml"
+        if path.exists():
+            paths.append(path)
+    return paths
+
+
 def _log_to(path: Path) -> None:
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter(LOG_FORMAT))
@@ -91,8 +125,8 @@ def _log_to(path: Path) -> None:
     root.setLevel(logging.INFO)
 
 
-async def _submit_examples(cluster: LocalCluster, folder: Path) -> list[str]:
-    pods = await asyncio.to_thread(lambda: read_pods([folder]) if folder.exists() else [])
+async def _submit_examples(cluster: LocalCluster, folder: Path, vendors: Sequence[str] = ()) -> list[str]:
+    pods = await asyncio.to_thread(read_pods, example_paths(folder, vendors))
     uids = []
     for pod in pods:
         name = pod.get("metadata", {}).get("name", "?")
@@ -190,6 +224,8 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         gpus_per_node=args.gpus,
         mig_nodes=args.mig_nodes,
         mig_gpus_per_node=args.mig_gpus,
+        vendors=args.vendors,
+        vendor_devices_per_node=args.vendor_devices,
         kube=args.kube,
         scheduler_replicas=args.scheduler_replicas,
     )
@@ -220,7 +256,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         print(f"logs:        {workdir / 'hami-up.log'}", flush=True)
         if not args.no_examples:
             print(f"submitting the examples in {args.examples}:")
-            uids = await _submit_examples(cluster, args.examples)
+            uids = await _submit_examples(cluster, args.examples, args.vendors)
             await _show(cluster, uids, exporter)
         print(
             f"\n{HAMI} submit -f pod.yaml` adds pods, {HAMI} status` shows the GPUs (or `hami ...` with .venv/bin on "

@@ -30,6 +30,7 @@ from hami_common.inventory._migprofiles import (
     profile_name,
 )
 from hami_common.inventory._model import (
+    NVIDIA_VENDOR,
     NVLINK_SCORE,
     Gpu,
     GpuInventory,
@@ -56,6 +57,7 @@ __all__ = [
     "MIG_STRATEGIES",
     "MODE_HAMI_CORE",
     "MODE_MIG",
+    "NVIDIA_VENDOR",
     "NVLINK_SCORE",
     "NVML",
     "FakeInventory",

@@ -17,6 +17,11 @@
           model: NVIDIA A100-SXM4-80GB
           memory_mib: 81920
           mig: true           # MIG mode on: the model's profile table (inventory/_migprofiles.py) applies
+      npu-node:
+        - uuid: npu-die-0
+          vendor: ascend      # another device family (default nvidia): the node agent and the allocator
+          model: Ascend910B3  # play its device plugin; the model names the chip (a common word or chip name)
+          memory_mib: 65536
 
 The file is read again on every call (it is small) and decoded again when it changed, so editing
 ``healthy`` is how a test (or ``make run``) breaks a GPU. A file that does not follow this form raises
@@ -33,7 +38,7 @@ import yaml
 
 from hami_common.errors import InvalidInput
 from hami_common.inventory._migprofiles import MIG_CARDS, mig_card
-from hami_common.inventory._model import Gpu, GpuLink, GpuStats, PcieLevel
+from hami_common.inventory._model import NVIDIA_VENDOR, Gpu, GpuLink, GpuStats, PcieLevel
 
 __all__ = ["FAKE", "FakeInventory", "decode_fake_inventory"]
 
@@ -61,6 +66,7 @@ class _Gpu(msgspec.Struct, frozen=True, forbid_unknown_fields=True):
     utilization: int = 0
     memory_utilization: int = 0
     mig: bool = False  # MIG mode on; the model must have a profile table
+    vendor: str = NVIDIA_VENDOR  # the device family: nvidia, ascend, cambricon, hygon
 
 
 # libyaml's safe loader parses ~20x faster than the pure-Python one: a cluster-wide file of 100 nodes was read
@@ -89,6 +95,9 @@ def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...]
             raise InvalidInput(f"fake inventory: GPU {position} of {node} needs a uuid and non-negative figures")
         if any(link.nvlinks < 0 for link in entry.links):
             raise InvalidInput(f"fake inventory: GPU {entry.uuid} declares a negative NVLink count")
+        vendor = entry.vendor.strip().lower()
+        if not vendor or (entry.mig and vendor != NVIDIA_VENDOR):
+            raise InvalidInput(f"fake inventory: GPU {entry.uuid} declares vendor {entry.vendor!r} (MIG is NVIDIA's)")
         card = mig_card(entry.model) if entry.mig else None
         if entry.mig and card is None:
             raise InvalidInput(
@@ -106,11 +115,12 @@ def decode_fake_inventory(text: str | bytes, node: str) -> tuple[tuple[Gpu, ...]
                 bus_id=entry.bus_id,
                 links=tuple(GpuLink(peer=lk.peer, pcie=lk.pcie, nvlinks=lk.nvlinks) for lk in entry.links),
                 mig_profiles=card.hami_profiles() if card is not None else (),
+                vendor=vendor,
             )
         )
         stats.append(GpuStats(entry.uuid, entry.used_mib * _MIB, entry.utilization, entry.memory_utilization))
-    if len({g.uuid for g in gpus}) != len(gpus) or len({g.index for g in gpus}) != len(gpus):
-        raise InvalidInput(f"fake inventory: node {node} lists a GPU (uuid or index) twice")
+    if len({g.uuid for g in gpus}) != len(gpus) or len({(g.vendor, g.index) for g in gpus}) != len(gpus):
+        raise InvalidInput(f"fake inventory: node {node} lists a GPU (uuid, or index of one vendor) twice")
     return tuple(gpus), tuple(stats)
 
 

@@ -10,6 +10,7 @@ from typing import Final, Protocol
 from hami_common.annotations.registration import MigProfile
 
 __all__ = [
+    "NVIDIA_VENDOR",
     "NVLINK_SCORE",
     "Gpu",
     "GpuInventory",
@@ -20,6 +21,10 @@ __all__ = [
     "pair_scores",
 ]
 
+# The vendor of a GPU discovered through NVML, and of every fake GPU that declares none. Other words
+# (``ascend``, ``cambricon``, ``hygon``) only come from the fake inventory, where the node agent and the allocator
+# play those vendors' device plugins (hami_common.vendors.plugin).
+NVIDIA_VENDOR: Final = "nvidia"
 NVLINK_SCORE: Final = 100  # per NVLink between the two GPUs (hami-protocol §2.3)
 MAX_NVLINKS: Final = 18
 
@@ -76,6 +81,11 @@ class Gpu:
     links: tuple[GpuLink, ...] = ()
     # the MIG profiles the GPU offers with their placements; empty unless MIG mode is on (hami-protocol §2.2)
     mig_profiles: tuple[MigProfile, ...] = ()
+    vendor: str = NVIDIA_VENDOR  # the device family's fake-inventory word; NVML only ever finds NVIDIA GPUs
+
+    @property
+    def is_nvidia(self) -> bool:
+        return self.vendor == NVIDIA_VENDOR
 
     @property
     def mig(self) -> bool:

@@ -37,7 +37,7 @@ from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.realk8s import ControlPlane
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
-from hami_sim.stack._config import StackConfig, gpu_uuid, write_grant_key, write_inventory
+from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
@@ -227,6 +227,8 @@ class LocalCluster:
             devices = str(self.config.gpus_on(name) * self.config.node_split(name))
             # what kube-scheduler's own plugins check (NodeResourcesFit counts pods against allocatable pods)
             machine = {"cpu": "64", "memory": "512Gi", "pods": "250", self.config.gpu_resource: devices}
+            # kubelet reports the resources other vendors' plugins serve; Cambricon's MLUs exist only there
+            machine.update(vendor_capacity(self.config, name))
             body: Json = {
                 "apiVersion": "v1",
                 "kind": "Node",
@@ -305,6 +307,9 @@ class LocalCluster:
         )
         mig = self.config.mig_nodes
         extra = f" and {mig} MIG node{'s' if mig > 1 else ''} × {self.config.mig_gpus_per_node} GPUs" if mig else ""
+        vendors = self.config.other_vendors
+        if vendors:
+            extra += f" and a node of {self.config.vendor_devices_per_node} devices for each of {', '.join(vendors)}"
         progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs{extra}")
         if self.config.node_hosts > 0:
             await self._start_hosts(connections)

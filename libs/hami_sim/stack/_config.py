@@ -12,8 +12,9 @@ from typing import Any, Final
 
 import yaml
 
-from hami_common.deviceconfig import DeviceConfig, read_device_config
-from hami_common.inventory import default_state_file
+from hami_common.deviceconfig import DeviceConfig, parse_device_config
+from hami_common.inventory import NVIDIA_VENDOR, decode_fake_inventory, default_state_file
+from hami_common.vendors.plugin import fake_vendors, plugins
 
 __all__ = [
     "GPU_MODEL",
@@ -23,6 +24,8 @@ __all__ = [
     "mig_node_name",
     "node_config_document",
     "node_name",
+    "vendor_capacity",
+    "vendor_node_name",
 ]
 
 GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
@@ -38,6 +41,10 @@ def node_name(index: int) -> str:
 
 def mig_node_name(index: int) -> str:
     return f"mig-node-{index}"
+
+
+def vendor_node_name(vendor: str, index: int = 0) -> str:
+    return f"{vendor}-node-{index}"
 
 
 def gpu_uuid(node: str, index: int) -> str:
@@ -77,9 +84,39 @@ class StackConfig:
     # has ``mig_gpus_per_node`` cards of ``gpu_model`` with MIG mode on.
     mig_nodes: int = 0
     mig_gpus_per_node: int = 2
+    # Other vendors (fake-inventory words: ascend, cambricon, hygon): one node each beside ``nodes``, holding
+    # ``vendor_devices_per_node`` devices of the vendor's chart-default model, and the device-config section
+    # that enables the family added to the file every service gets (``service_device_config``).
+    vendors: tuple[str, ...] = ()
+    vendor_devices_per_node: int = 2
+
+    def __post_init__(self) -> None:
+        known = fake_vendors()
+        unknown = sorted(set(self.vendors) - set(known) - {NVIDIA_VENDOR})
+        if unknown:
+            raise ValueError(f"unknown vendors {unknown}; known: {', '.join([NVIDIA_VENDOR, *sorted(known)])}")
+
+    @property
+    def other_vendors(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(v for v in self.vendors if v != NVIDIA_VENDOR))
+
+    def device_config_text(self) -> str:
+        """The device config every service reads: the given file, plus each vendor's enabling section."""
+        text = "" if self.device_config_file is None else self.device_config_file.read_text()
+        if not self.other_vendors:
+            return text
+        raw = yaml.safe_load(text) or {}
+        if not isinstance(raw, dict):
+            raise ValueError(f"{self.device_config_file}: not a mapping")
+        known = fake_vendors()
+        for vendor in self.other_vendors:
+            section = known[vendor]
+            if section.section not in raw:  # a section the given file already has is kept as written
+                raw[section.section] = dict(section.enable)
+        return yaml.safe_dump(raw, sort_keys=False)
 
     def device_config(self) -> DeviceConfig:
-        return DeviceConfig() if self.device_config_file is None else read_device_config(self.device_config_file)
+        return parse_device_config(self.device_config_text())
 
     def node_split(self, node: str) -> int:
         if self.device_config_file is None:
@@ -91,15 +128,31 @@ class StackConfig:
         return self.device_config().resources.count_name
 
     def service_device_config(self) -> str:
+        if self.other_vendors:
+            return str(self.generated_device_config)
         return "" if self.device_config_file is None else str(self.device_config_file)
 
+    @property
+    def generated_device_config(self) -> Path:
+        return self.workdir / "device-config.yaml"
+
     def node_names(self) -> tuple[str, ...]:
-        return tuple(node_name(i) for i in range(self.nodes)) + self.mig_node_names()
+        return tuple(node_name(i) for i in range(self.nodes)) + self.mig_node_names() + self.vendor_node_names()
 
     def mig_node_names(self) -> tuple[str, ...]:
         return tuple(mig_node_name(i) for i in range(self.mig_nodes))
 
+    def vendor_node_names(self) -> tuple[str, ...]:
+        return tuple(vendor_node_name(v) for v in self.other_vendors)
+
+    def vendor_of(self, node: str) -> str:
+        """The vendor of a node's devices: NVIDIA's word unless it is a vendor node."""
+        return next((v for v in self.other_vendors if vendor_node_name(v) == node), NVIDIA_VENDOR)
+
     def gpus_on(self, node: str) -> int:
+        """NVIDIA GPUs on the node (none on a vendor node)."""
+        if self.vendor_of(node) != NVIDIA_VENDOR:
+            return 0
         return self.mig_gpus_per_node if node in self.mig_node_names() else self.gpus_per_node
 
     @property
@@ -141,11 +194,43 @@ def inventory_document(config: StackConfig) -> dict[str, Any]:
         }
         return {**entry, "mig": True} if node in mig else entry
 
+    known = fake_vendors()
+
+    def device(node: str, vendor: str, i: int) -> dict[str, Any]:
+        declared = known[vendor]
+        return {
+            "uuid": f"{vendor.upper()}-{uuid.uuid5(_UUID_NAMESPACE, f'{node}/{i}')}",
+            "index": i,
+            "vendor": vendor,
+            "model": declared.model,
+            "memory_mib": declared.memory_mib,
+        }
+
     nodes = {}
     for node in config.node_names():
+        vendor = config.vendor_of(node)
+        if vendor != NVIDIA_VENDOR:
+            nodes[node] = [device(node, vendor, i) for i in range(config.vendor_devices_per_node)]
+            continue
         gpus = config.gpus_on(node)
         nodes[node] = [card(node, i, max(gpus // 2, 1)) for i in range(gpus)]
     return {"nodes": nodes}
+
+
+def vendor_capacity(config: StackConfig, node: str) -> dict[str, str]:
+    """What kubelet reports for a node's other-vendor devices: each resource their plugins serve, by count
+    (Ascend's ``huawei.com/<CommonWord>`` slots, Hygon's ``hygon.com/dcunum``, Cambricon's vcore and vmemory,
+    from which HAMi invents the MLUs)."""
+    if config.vendor_of(node) == NVIDIA_VENDOR:
+        return {}
+    text = yaml.safe_dump(inventory_document(config))
+    gpus, _ = decode_fake_inventory(text, node)
+    found: dict[str, str] = {}
+    for plugin in plugins(config.device_config().families):
+        mine = [g for g in gpus if plugin.owns(g)]
+        if mine:
+            found.update((r, str(len(ids))) for r, ids in plugin.advertised(node, mine).items())
+    return found
 
 
 def node_config_document(config: StackConfig) -> dict[str, Any]:
@@ -170,6 +255,8 @@ def write_inventory(config: StackConfig) -> Path:
     instances (a fresh machine: a stale state file would hold instances no scheduler knows of)."""
     if config.node_config_file is not None:
         _write(config.node_config_file, json.dumps(node_config_document(config), indent=2))
+    if config.other_vendors:
+        _write(config.generated_device_config, config.device_config_text())
     for node in config.mig_node_names():
         default_state_file(config.inventory_file, node).unlink(missing_ok=True)
     return _write(config.inventory_file, yaml.safe_dump(inventory_document(config), sort_keys=False))

@@ -35,7 +35,7 @@ from hami_common.tracing import service_scope
 from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
-from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig
+from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig, vendor_capacity
 from hami_sim.stack._service import FailureHook, RunningService
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
@@ -100,6 +100,7 @@ class SimNode:
         self._seen: set[str] = set()
         self._store = StagingStore(config.node_dir(name) / "staging")
         self._resource = config.gpu_resource  # the device config's resourceCountName, read once
+        self._vendor_resources = vendor_capacity(config, name)  # other vendors' plugins on this node
         self._reports: set[asyncio.Task[None]] = set()
 
     @property
@@ -145,6 +146,7 @@ class SimNode:
             hook_path=str(node_dir / "hook"),
             numa_topology=True,
             grant_key_file=str(self.config.grant_key_file),
+            vendor_host_root=str(node_dir / "host"),
         )
 
     # service.name per kind of service, the node as its instance (one process may hold many nodes)
@@ -221,6 +223,8 @@ class SimNode:
     async def wait_ready(self) -> None:
         """Until the allocator is registered with the kubelet and advertises every virtual device."""
         await self.kubelet.wait_devices(self._resource, self.devices)
+        for resource, count in self._vendor_resources.items():
+            await self.kubelet.wait_devices(resource, int(count))
 
     def bound(self, pod: Pod) -> None:
         """A pod bound to this node appeared: admit it once, in arrival order."""

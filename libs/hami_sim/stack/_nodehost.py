@@ -92,7 +92,9 @@ def config_fields(config: StackConfig) -> dict[str, Any]:
 def _config_from(fields: dict[str, Any]) -> StackConfig:
     device_config = fields.get("device_config_file")
     paths = {"workdir": Path(fields["workdir"]), "sockdir": Path(fields["sockdir"])}
-    return StackConfig(**{**fields, **paths, "device_config_file": Path(device_config) if device_config else None})
+    device_file = Path(device_config) if device_config else None
+    vendors = tuple(fields.get("vendors", ()))
+    return StackConfig(**{**fields, **paths, "device_config_file": device_file, "vendors": vendors})
 
 
 def to_wire(admitted: Admitted) -> AdmittedWire:

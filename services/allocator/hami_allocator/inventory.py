@@ -149,7 +149,11 @@ class DiscoveredInventory(DeclaredInventory):
         self.visible = visible  # filterdevices: (uuid, index) -> advertised; the node agent skips the same GPUs
 
     def _convert(self, found: Iterable[DiscoveredGpu]) -> tuple[Gpu, ...]:
-        return tuple(Gpu(uuid=g.uuid, healthy=g.healthy, numa=g.numa) for g in found if self.visible(g.uuid, g.index))
+        return tuple(
+            Gpu(uuid=g.uuid, healthy=g.healthy, numa=g.numa)
+            for g in found
+            if g.is_nvidia and self.visible(g.uuid, g.index)  # other vendors' devices have their own plugins
+        )
 
     async def refresh(self) -> None:
         await self.replace(self._convert(await asyncio.to_thread(self.backend.gpus)))

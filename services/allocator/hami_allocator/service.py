@@ -23,6 +23,7 @@ from hami_allocator.pending import KubeNodePods
 from hami_allocator.plugin import DevicePluginService
 from hami_allocator.server import Endpoint, PluginServer
 from hami_allocator.settings import AllocatorSettings
+from hami_allocator.vendors import VendorNode, VendorPluginService, erase_keys
 from hami_common.allocation import NodeAllocationConfig
 from hami_common.bus import Bus
 from hami_common.errors import HamiError, InvalidInput, TransientError
@@ -41,6 +42,7 @@ from hami_common.resources import GPU_PRIORITY
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
 from hami_common.staging import StagingStore
+from hami_common.vendors.plugin import plugins
 
 __all__ = ["AllocatorService", "LazyBus", "serve"]
 
@@ -206,6 +208,43 @@ async def _mig_control(
     return control
 
 
+async def _vendor_servers(
+    settings: AllocatorSettings, inventory: DeclaredInventory, kube: KubeClient | None
+) -> list[PluginServer]:
+    """One plugin server per resource of every configured family with declared devices on this node."""
+    if not isinstance(inventory, DiscoveredInventory):
+        return []
+    found = await asyncio.to_thread(inventory.backend.gpus)
+    configured = plugins(settings.device_config().families)
+    keys = erase_keys(configured)
+    servers = []
+    for plugin in configured:
+        mine = tuple(g for g in found if plugin.owns(g))
+        if not mine:
+            continue
+        vendor = VendorNode(
+            node=settings.node_name,
+            plugin=plugin,
+            gpus=mine,
+            pods=KubeNodePods(kube) if kube is not None else None,
+            kube=kube,
+            erase_keys=keys,
+            host_root=Path(settings.vendor_host_root),
+            hook_path=settings.hook_path,
+        )
+        for resource in plugin.advertised(settings.node_name, mine):
+            endpoint = Endpoint(
+                plugin_dir=Path(settings.plugin_dir),
+                socket_name=plugin.socket_name(resource),
+                resource_name=resource,
+                register_timeout=settings.register_timeout,
+                watch_interval=settings.watch_interval,
+            )
+            servers.append(PluginServer.for_plugin(endpoint, VendorPluginService(vendor, resource)))
+            log.info("serving %s for %d declared %s devices", resource, len(mine), plugin.family.word)
+    return servers
+
+
 async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
     """The service body for ``hami_common.service.run``: serve until ``stop`` is set."""
     async with contextlib.AsyncExitStack() as stack:
@@ -250,6 +289,7 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             mig_grace=settings.mig_reclaim_grace,
             mig_reclaim_interval=settings.mig_reclaim_interval,
         )
+        vendor_servers = await _vendor_servers(settings, inventory, kube)
         if grant_key is None and settings.use_apiserver:
             log.warning("no grant key (--grant-key-file): pods are served from staged placements only")
         async with asyncio.TaskGroup() as tg:
@@ -258,6 +298,8 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
                 tasks.append(tg.create_task(bus.run(), name="bus-connect"))
             if isinstance(inventory, DiscoveredInventory):
                 tasks.append(tg.create_task(inventory.run(), name="gpu-discovery"))
+            for server in vendor_servers:
+                tasks.append(tg.create_task(server.run(), name=f"plugin:{server.endpoint.resource_name}"))
             await stop.wait()
             for task in tasks:
                 task.cancel()

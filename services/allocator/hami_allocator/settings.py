@@ -54,6 +54,9 @@ class AllocatorSettings(BusSettings, KubeSettings, GrantSettings, NodeConfigSett
         60.0, "MIG mode: seconds an instance no live pod owns may live before it is destroyed (a racing Allocate's)"
     )
     register_timeout: float = setting(10.0, "seconds one Register call to the kubelet may take")
+    vendor_host_root: str = setting(
+        "/", "fake inventory: where other vendors' plugins write their host files (Hygon's vdev conf)"
+    )
 
     def node_config(self) -> NodeDeviceConfig:
         """The same per-node values the node agent registers with, so the kubelet's count agrees."""

@@ -23,6 +23,7 @@ from hami_common.inventory import GpuInventory, NodeDeviceConfig, open_inventory
 from hami_common.kube import EventRecorder, KubeClient, Pod
 from hami_common.staging import StagingStore
 from hami_common.subjects import PLACEMENT_STREAM
+from hami_common.vendors.plugin import plugins
 from hami_nodeagent.pods import PodIndex, node_pod_cache
 from hami_nodeagent.prestage import Prestager
 from hami_nodeagent.registration import Registrar
@@ -61,6 +62,7 @@ class NodeAgent:
             events=EventRecorder(kube, COMPONENT, host=node),
             register_interval=settings.register_interval,
             health_interval=settings.health_interval,
+            plugins=plugins(settings.device_config().families),
         )
         self.prestager = Prestager(
             node=node,

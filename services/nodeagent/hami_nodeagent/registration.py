@@ -6,6 +6,11 @@ when a value differs from what was last written, checks the node itself every ``
 annotation removed by someone else comes back), and publishes a :class:`NodeInventory` with every change and
 every full check. Health is polled every ``health_interval``, so a GPU that fails is registered unhealthy on the
 next poll rather than at the next full check.
+
+Declared devices of other families (a fake inventory's ``vendor: ascend`` …) are registered as that family's
+device plugin would (:mod:`hami_common.vendors.plugin`): its annotations when they change, its handshake
+``Reported…`` with every full check, its devices in the same :class:`NodeInventory`. NVML finds only NVIDIA
+GPUs, so in production this agent never writes another vendor's annotations; their own plugins do.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Final, Protocol
 
 import msgspec
@@ -34,6 +40,7 @@ from hami_common.inventory import (
     pair_scores,
 )
 from hami_common.kube import EventRecorder, NodePatcher, ObjectReference
+from hami_common.vendors.plugin import VendorPlugin
 
 __all__ = ["ASYMMETRIC_LINK_REASON", "NVIDIA_PREFIX", "Publisher", "Registrar", "register_devices", "visible_gpus"]
 
@@ -117,6 +124,7 @@ class Registrar:
     clock: Callable[[], int] = time.time_ns
     register_interval: float = 30.0
     health_interval: float = 5.0
+    plugins: tuple[VendorPlugin, ...] = ()  # the configured families' node sides, for declared devices
     patches: int = 0  # how many times the node was patched: a test or a metric reads it
     scans: int = 0
     _sent: dict[str, str] = field(default_factory=dict)
@@ -125,19 +133,32 @@ class Registrar:
 
     async def scan(self, *, check_node: bool = False) -> bool:
         """Poll the inventory once; patch what changed; True if the node was patched. Raises HamiError."""
-        gpus = visible_gpus(await asyncio.to_thread(self.inventory.gpus), self.config)
+        found = visible_gpus(await asyncio.to_thread(self.inventory.gpus), self.config)
+        gpus = tuple(g for g in found if g.is_nvidia)
         devices = register_devices(gpus, self.config)
         wanted = {NODE_REGISTER: encode_node_devices(devices)}
         if self.topology:
             report = pair_scores(gpus)
             wanted[NODE_SCORE] = encode_pair_scores(report.scores)
             await self._warn_asymmetric(report.asymmetric)
+        now = datetime.fromtimestamp(self.clock() / 1e9).astimezone()  # the plugins stamp local time
+        handshakes: dict[str, str] = {}
+        for plugin in self.plugins:
+            mine = [g for g in found if plugin.owns(g)]
+            if not mine:
+                continue  # no device of this family here: its own plugin (or nobody) registers it
+            registration = plugin.register(self.node, mine)
+            wanted.update(registration.annotations)
+            devices += registration.devices
+            handshakes.update(plugin.handshake(now))
         if check_node:
             annotations = (await self.nodes.get_node(self.node)).metadata.annotations
             current = {key: annotations.get(key, "") for key in wanted}
         else:
             current = dict(self._sent)
         changes = {key: value for key, value in wanted.items() if current.get(key) != value}
+        if handshakes and (changes or check_node):
+            changes.update(handshakes)  # each report answers the scheduler's Requesting_… (hami-vendors §0.2)
         if changes:
             await self.nodes.patch_node_annotations(self.node, changes)
             self.patches += 1
