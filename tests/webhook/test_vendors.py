@@ -21,9 +21,12 @@ from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY
 from hami_common.vendors.ascend.config import CHART_CHIPS, ChipConfig
 from hami_common.vendors.ascend.keys import ASCEND_VISIBLE_DEVICES, MODE_HAMI_CORE, VNPU_MODE
 from hami_common.vendors.cambricon.keys import DEVICES_ALLOCATED as MLU_ALLOCATED
+from hami_common.vendors.cambricon.keys import DSMLU_ASSIGHED as MLU_ASSIGHED
+from hami_common.vendors.cambricon.keys import DSMLU_PROFILE as MLU_PROFILE
 from hami_common.vendors.cambricon.keys import MLU_CORES, MLU_COUNT, MLU_MEMORY
 from hami_common.vendors.hygon.keys import DCU_CORES, DCU_COUNT, DCU_MEMORY
 from hami_common.vendors.hygon.keys import DEVICES_ALLOCATED as DCU_ALLOCATED
+from hami_common.vendors.hygon.keys import DEVICES_TO_ALLOCATE as DCU_TO_ALLOCATE
 from hami_webhook.quota import QuotaBook
 from hami_webhook.settings import WebhookSettings
 from tests.webhook.conftest import TlsFiles, cluster_settings, offline_settings
@@ -449,3 +452,36 @@ def test_the_quota_book_announces_each_vendors_resources(tls_files: TlsFiles, tm
     assert set(book.family_quotas("team-a")) == {"MLU", "DCU"}
     book.on_pod(Change("DELETED", held))
     assert book.family_quotas("team-a")["DCU"].used_cores == 0
+
+
+# --- the families' own annotations are the system's (ARCHITECTURE §3) ----------------------------------------
+
+TENANT = "system:serviceaccount:team-a:default"
+
+
+@pytest.mark.parametrize(
+    ("limits", "key", "value"),
+    [
+        pytest.param({DCU_COUNT: "1"}, DCU_TO_ALLOCATE, "DCU-1,DCU,65520,100:;", id="Hygon's device list"),
+        pytest.param({MLU_COUNT: "1"}, MLU_PROFILE, "0_100_256", id="Cambricon's sMLU profile"),
+        pytest.param({MLU_COUNT: "1"}, MLU_ASSIGHED, "false", id="Cambricon's plugin's spelling"),
+        pytest.param(
+            {f"huawei.com/{B3.common_word}": "1"},
+            f"huawei.com/{B3.common_word}",
+            '[{"UUID":"die-0"}]',
+            id="Ascend's runtime JSON",
+        ),
+    ],
+)
+def test_a_tenant_may_not_set_a_familys_scheduler_owned_annotation(
+    vendors: ServedWebhook, limits: dict[str, str], key: str, value: str
+) -> None:
+    """The vendor's device plugin trusts these as HAMi's trusts hami.io/vgpu-devices-to-allocate: a tenant
+    writing one could be handed devices the scheduler never granted."""
+    response = vendors.admit(review(pod(container(limits=limits), annotations={key: value}), user=TENANT))
+    assert response["allowed"] is False
+    assert key in response["status"]["message"]
+    old = pod(container(limits=limits), scheduler=HAMI, annotations={})
+    updated = vendors.admit(review(pod(container(limits=limits), scheduler=HAMI, annotations={key: value}),
+                                   operation="UPDATE", old=old, user=TENANT))  # fmt: skip
+    assert updated["allowed"] is False

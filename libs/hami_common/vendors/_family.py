@@ -135,6 +135,13 @@ class DeviceFamily(Vendor, Protocol):
         entry per container (init containers first), empty where a container got none of this family."""
         ...
 
+    @property
+    def owned_annotations(self) -> frozenset[str]:
+        """The pod annotations only the system may write for this family: what a placement writes and what
+        its device plugin trusts or records (a tenant setting one could steer the plugin to cards the
+        scheduler never granted). The webhook denies tenants setting or changing them."""
+        ...
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         """The cards of this family a placement gave the pod, per container (init first), read back from
         its ``…-devices-allocated`` annotation (what the ledger rebuilds from after a restart); ``()`` when

@@ -52,7 +52,12 @@ from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, 
 from hami_webhook.podview import ContainerSpec, EnvVar, PodView, decode_pod
 from hami_webhook.reserved import touched_reserved_annotation
 from hami_webhook.review import AdmissionRequest, is_empty
-from hami_webhook.vendors import admit_families, families_fit_quota, family_resource_names
+from hami_webhook.vendors import (
+    admit_families,
+    families_fit_quota,
+    family_owned_annotations,
+    family_resource_names,
+)
 
 __all__ = [
     "CREATE",
@@ -186,7 +191,9 @@ def admit(
 def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: AdmissionPolicy) -> Verdict | None:
     user = req.user_info.username
     if user not in policy.system_users:
-        key = touched_reserved_annotation(pod.annotations, None if old is None else old.annotations)
+        key = touched_reserved_annotation(
+            pod.annotations, None if old is None else old.annotations, family_owned_annotations(policy.families)
+        )
         if key is not None:
             return _denied(RESERVED_ANNOTATION.format(key=key, user=user or "an anonymous user"), pod)
     names = _device_resource_names(policy)

@@ -13,13 +13,18 @@ from hami_common.annotations import SCHEDULER_OWNED
 __all__ = ["touched_reserved_annotation"]
 
 
-def touched_reserved_annotation(new: Mapping[str, str], old: Mapping[str, str] | None) -> str | None:
-    """The first scheduler-owned key (sorted) that ``new`` sets (CREATE: ``old`` is None) or changes.
+def touched_reserved_annotation(
+    new: Mapping[str, str], old: Mapping[str, str] | None, also: frozenset[str] = frozenset()
+) -> str | None:
+    """The first scheduler-owned key (sorted) that ``new`` sets (CREATE: ``old`` is None) or changes; ``also``
+    adds the configured device families' own keys (their device lists, Ascend's ``huawei.com/<word>``,
+    Cambricon's ``CAMBRICON_DSMLU_*``), which their device plugins trust as HAMi's trusts ours.
 
     On UPDATE a key counts as changed when it is added, given another value, or removed.
     """
+    owned = SCHEDULER_OWNED | also
     if old is None:
-        found = sorted(k for k in SCHEDULER_OWNED if k in new)
+        found = sorted(k for k in owned if k in new)
     else:
-        found = sorted(k for k in SCHEDULER_OWNED if new.get(k) != old.get(k))
+        found = sorted(k for k in owned if new.get(k) != old.get(k))
     return found[0] if found else None

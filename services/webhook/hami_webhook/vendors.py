@@ -23,7 +23,14 @@ from hami_common.vendors import DeviceFamily
 from hami_webhook.patch import ContainerEdit
 from hami_webhook.podview import EnvVar
 
-__all__ = ["FamilyVerdict", "admit_families", "families_fit_quota", "family_demand", "family_resource_names"]
+__all__ = [
+    "FamilyVerdict",
+    "admit_families",
+    "families_fit_quota",
+    "family_demand",
+    "family_owned_annotations",
+    "family_resource_names",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +45,11 @@ class FamilyVerdict:
 def family_resource_names(families: Iterable[DeviceFamily]) -> tuple[str, ...]:
     """Every extended resource the families manage: asking for any of them makes a device container."""
     return tuple(name for family in families for name in family.resource_names)
+
+
+def family_owned_annotations(families: Iterable[DeviceFamily]) -> frozenset[str]:
+    """The pod annotations only the system may write for any configured family."""
+    return frozenset(key for family in families for key in family.owned_annotations)
 
 
 def _changed(before: Mapping[str, str], after: Mapping[str, str]) -> dict[str, str]:

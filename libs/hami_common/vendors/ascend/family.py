@@ -174,6 +174,16 @@ class AscendFamily:
             out[keys.PREDICATE_TIME] = moment
         return out
 
+    @property
+    def owned_annotations(self) -> frozenset[str]:
+        return frozenset(
+            {
+                keys.devices_to_allocate_key(self.word),
+                keys.devices_allocated_key(self.word),
+                keys.runtime_key(self.word),
+            }
+        )
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         key = keys.devices_allocated_key(self.word)
         value = pod_annotations.get(key)

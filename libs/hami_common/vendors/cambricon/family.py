@@ -31,6 +31,7 @@ from hami_common.vendors.cambricon.keys import (
     DSMLU_ASSIGHED,
     DSMLU_ASSIGNED,
     DSMLU_PROFILE,
+    DSMLU_PROFILE_INSTANCE,
     LOCK_EXPIRY,
     MEMORY_UNIT,
     MLU,
@@ -184,6 +185,19 @@ class CambriconFamily:
             DSMLU_ASSIGNED: NOT_ASSIGNED,
             DSMLU_ASSIGHED: NOT_ASSIGNED,
         }
+
+    @property
+    def owned_annotations(self) -> frozenset[str]:
+        return frozenset(
+            {
+                DEVICES_TO_ALLOCATE,
+                DEVICES_ALLOCATED,
+                DSMLU_PROFILE,
+                DSMLU_ASSIGNED,
+                DSMLU_ASSIGHED,
+                DSMLU_PROFILE_INSTANCE,
+            }
+        )
 
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         value = pod_annotations.get(DEVICES_ALLOCATED)

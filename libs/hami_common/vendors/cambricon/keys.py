@@ -29,6 +29,7 @@ DSMLU_PROFILE: Final = "CAMBRICON_DSMLU_PROFILE"  # <index>_<cores>_<memory unit
 DSMLU_ASSIGNED: Final = "CAMBRICON_DSMLU_ASSIGNED"  # HAMi's spelling since v2.7.1
 DSMLU_ASSIGHED: Final = "CAMBRICON_DSMLU_ASSIGHED"  # the plugin's spelling (see the module docstring)
 NOT_ASSIGNED: Final = "false"
+DSMLU_PROFILE_INSTANCE: Final = "CAMBRICON_DSMLU_PROFILE_INSTANCE"  # <profileID>_<handle>_<slot>_<instanceID>
 
 # User annotations. use/nouse-mlutype exist in HAMi but v2.10 ignores them (HAMi#2774): so do we.
 USE_UUID: Final = "cambricon.com/use-gpuuuid"

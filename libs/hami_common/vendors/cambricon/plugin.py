@@ -28,6 +28,7 @@ from hami_common.vendors.cambricon.keys import (
     DSMLU_ASSIGHED,
     DSMLU_ASSIGNED,
     DSMLU_PROFILE,
+    DSMLU_PROFILE_INSTANCE,
     MEMORY_UNIT,
     NODE_LOCK,
     NOT_ASSIGNED,
@@ -38,7 +39,6 @@ __all__ = ["DSMLU_PROFILE_INSTANCE", "FAKE_VENDOR", "CambriconPlugin", "plugin"]
 
 VENDOR: Final = "cambricon"
 FAKE_VENDOR: Final = FakeVendor(vendor=VENDOR, section=SECTION, enable={}, model="MLU370", memory_mib=49152)
-DSMLU_PROFILE_INSTANCE: Final = "CAMBRICON_DSMLU_PROFILE_INSTANCE"  # <profileID>_<handle>_<slot>_<instanceID>
 ASSIGNED: Final = "true"
 _CTL: Final = "/dev/cambricon_ctl"
 

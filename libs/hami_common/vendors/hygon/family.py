@@ -133,6 +133,10 @@ class HygonFamily:
         devices = encode_pod_devices(picked)
         return {DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: devices}
 
+    @property
+    def owned_annotations(self) -> frozenset[str]:
+        return frozenset({DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED})
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         value = pod_annotations.get(DEVICES_ALLOCATED)
         return decode_pod_devices(value, DEVICES_ALLOCATED) if value else ()
