@@ -8,18 +8,17 @@ only finds NVIDIA GPUs. With ``--inventory fake`` a GPU entry may declare anothe
 agent and the allocator play that plugin's node side, wire-compatible with it, so a CPU-only machine (the
 local stack, CI) runs a mixed cluster end to end.
 
-A family package offers this by holding a ``plugin`` module with ``FAKE_VENDOR`` (its fake-inventory word,
-the device-config section that enables it, a chart-default model) and ``plugin(family)`` (a
-:class:`VendorPlugin` for that family, or None when the family is not its own). Services reach them only
-through :func:`plugins` and :func:`fake_vendors`, never by name; MetaX would add ``vendors/metax/plugin.py``.
+A family package offers this with a module (named in its registration, :class:`~.registry.FamilySource`)
+holding ``FAKE_VENDOR`` (its fake-inventory word, the device-config section that enables it, a chart-default
+model) and ``plugin(family)`` (a :class:`VendorPlugin` for that family, or None when the family is not its
+own). Services reach them only through :func:`plugins` and :func:`fake_vendors`, never by name; MetaX would
+add ``vendors/metax/plugin.py`` and name it where its package registers.
 Everything here is pure: pods, devices and a time in, annotations and an answer out.
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
-import pkgutil
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,6 +32,7 @@ from hami_common.errors import AnnotationError, InvalidInput, NotFound
 from hami_common.inventory import Gpu
 from hami_common.resources import ContainerResources
 from hami_common.vendors._family import DeviceFamily
+from hami_common.vendors.registry import plugin_modules
 
 __all__ = [
     "AllocateCall",
@@ -149,17 +149,8 @@ class VendorPlugin(Protocol):
 
 
 def _modules() -> tuple[ModuleType, ...]:
-    import hami_common.vendors as package
-    import hami_common.vendors.builtin  # noqa: F401  (the shipped families, one line each)
-
-    found = []
-    for info in pkgutil.iter_modules(package.__path__):
-        if not info.ispkg:
-            continue
-        name = f"{package.__name__}.{info.name}.plugin"
-        if importlib.util.find_spec(name) is not None:
-            found.append(importlib.import_module(name))
-    return tuple(found)
+    """The plugin modules the registered families name (:class:`~.registry.FamilySource`)."""
+    return tuple(importlib.import_module(name) for name in plugin_modules())
 
 
 def plugins(families: Sequence[DeviceFamily]) -> tuple[VendorPlugin, ...]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hami_common.errors import InvalidInput
 from hami_common.vendors._family import DeviceFamily
 
-__all__ = ["FamilySource", "configured", "register", "registered_sections"]
+__all__ = ["FamilySource", "configured", "plugin_modules", "register", "registered_sections"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,9 @@ class FamilySource:
     # the section as YAML decoded it (None for a bare key) -> the families it enables; InvalidInput when bad.
     # An absent section enables nothing (HAMi's chart writes every section it means to turn on).
     build: Callable[[object], tuple[DeviceFamily, ...]]
+    # the module that plays the family's device plugin for declared (fake) devices (:mod:`..plugin`), if any;
+    # imported only when a node service asks for it
+    plugin: str = ""
 
 
 _SOURCES: dict[str, FamilySource] = {}
@@ -41,6 +44,11 @@ def _sources() -> tuple[FamilySource, ...]:
     import hami_common.vendors.builtin  # noqa: F401  (registers the shipped families)
 
     return tuple(_SOURCES.values())
+
+
+def plugin_modules() -> tuple[str, ...]:
+    """The registered families' plugin modules, in registration order."""
+    return tuple(s.plugin for s in _sources() if s.plugin)
 
 
 def registered_sections() -> frozenset[str]:

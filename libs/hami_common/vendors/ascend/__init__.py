@@ -26,4 +26,4 @@ __all__ = [
 ]
 
 
-register(FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw))))
+register(FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw)), plugin=f"{__name__}.plugin"))
