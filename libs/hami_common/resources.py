@@ -131,7 +131,14 @@ class PodRequest:
 class RequestSource(Protocol):
     """A device family's request parsing (``GenerateResourceRequests``): None when the container asks none."""
 
+    @property
+    def resource_names(self) -> tuple[str, ...]: ...
+
     def request(self, container: ContainerResources) -> DeviceRequest | None: ...
+
+
+def _asks_any(c: ContainerResources, names: Sequence[str]) -> bool:
+    return any(name in c.limits or name in c.requests for name in names)
 
 
 def _integer(c: ContainerResources, resource: str) -> int | None:
@@ -201,7 +208,12 @@ def pod_request(
     """NVIDIA's request per container, plus each of ``families``' (in their order) where one is asked."""
     extra: tuple[tuple[DeviceRequest, ...], ...] = ()
     if families:
-        extra = tuple(tuple(r for r in (f.request(c) for f in families) if r is not None) for c in (*init, *app))
+        # a family that none of a container's resources names asks nothing there: skip its parsing (quantities
+        # parse slowly, and Filter does this for every pod with every configured family)
+        extra = tuple(
+            tuple(r for r in (f.request(c) for f in families if _asks_any(c, f.resource_names)) if r is not None)
+            for c in (*init, *app)
+        )
         if not any(extra):
             extra = ()
     return PodRequest(

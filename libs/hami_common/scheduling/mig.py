@@ -13,6 +13,7 @@ Placements are bit masks over the card's memory slices, so "overlaps" is one ``&
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -150,13 +151,20 @@ def choose_placement(profile: MigProfile, occupied: int, profiles: Sequence[MigP
     return best
 
 
-def choose_instance(profiles: Sequence[MigProfile], occupied: int, memreq: int, coresreq: int = 0) -> MigChoice | None:
+@functools.lru_cache(maxsize=4096)
+def choose_instance(
+    profiles: tuple[MigProfile, ...], occupied: int, memreq: int, coresreq: int = 0
+) -> MigChoice | None:
     """The smallest of ``profiles`` (smallest first, :func:`by_size`) whose memory holds ``memreq`` MiB, whose
     compute share holds ``coresreq`` percent and that has a free placement, with that placement; None when
     there is none (``CardMigTopologyInfeasible``).
 
     HAMi picks by memory alone, so a pod asking 50 % of the cores can get a 1g instance with a seventh of
-    them; the request's cores count here too (a card's whole share, 100, is always enough)."""
+    them; the request's cores count here too (a card's whole share, 100, is always enough).
+
+    Pure, and Filter asks it for every MIG card it visits with the few requests and occupancies a cluster
+    has, so the answers are cached (the placement search weighs every free placement against every profile).
+    """
     for profile in profiles:
         if profile.memory_mb < memreq or profile.core < min(coresreq, 100):
             continue
