@@ -114,8 +114,9 @@ def fit_container(
     if vendor is None:
         return ContainerFit(rejected={Reason.DEVICE_TYPE_NOT_FOUND: 1})
     weights = ctx.prefs.weights
-    ordered = sort_devices([(d, device_score(d, (request,), weights)) for d in devices], ctx.prefs)
-    own = [d for d in ordered if vendor.owns(d)]
+    # HAMi scores and sorts every card of the node, then each vendor's Fit skips the others; the sort is
+    # stable and keyed per card, so scoring only the vendor's own cards gives them the same order for less
+    own = sort_devices([(d, device_score(d, (request,), weights)) for d in devices if vendor.owns(d)], ctx.prefs)
     if request.nums > len(own) and not _may_cut(own, ctx):
         return ContainerFit(rejected={Reason.NODE_INSUFFICIENT_DEVICE: 1}, checked=len(own))
     return vendor.fit(own, request, ctx)
