@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -264,13 +265,20 @@ def test_two_stacks_run_side_by_side_and_status_asks_which(
     assert done.returncode == 1
     assert "2 `hami up` stacks are running" in done.stderr
     for folder in folders:
-        shown = subprocess.run([HAMI, "status", "--dir", str(folder), "-o", "json"], capture_output=True,
-                               text=True, env=env, timeout=60, check=False)  # fmt: skip
-        assert shown.returncode == 0, shown.stderr
-        view = json.loads(shown.stdout)
-        assert len(view["gpus"]) == 4
-        assert view["metrics"] == "ok"
-        assert all(g["memory_used_mib"] is not None for g in view["gpus"])  # used, from the metrics service
+        # the used columns come from the metrics service, which hears each GPU's first sample a moment after
+        # the stack is up (later on a loaded machine): ask again until every GPU has one
+        deadline = time.monotonic() + 60
+        while True:
+            shown = subprocess.run([HAMI, "status", "--dir", str(folder), "-o", "json"], capture_output=True,
+                                   text=True, env=env, timeout=60, check=False)  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            view = json.loads(shown.stdout)
+            assert len(view["gpus"]) == 4
+            assert view["metrics"] == "ok"
+            if all(g["memory_used_mib"] is not None for g in view["gpus"]) or time.monotonic() > deadline:
+                break
+            time.sleep(1)
+        assert all(g["memory_used_mib"] is not None for g in view["gpus"]), view["gpus"]
     first, _ = two_stacks
     os.killpg(first.pid, signal.SIGINT)
     first.communicate(timeout=60)
