@@ -14,7 +14,10 @@
  *
  * Our process in NVML's list: our PID (no PID namespace), else the slot's known host PID, else the one
  * PID that appeared in the list while the context was created (HAMi-core's discovery). If none of these
- * tells, the context is not charged (a WARN line says so): a guess could charge another process's memory.
+ * tells (say two of the container's processes created contexts at once), the context is charged all the
+ * memory that appeared on the device meanwhile, as the listings show it (a WARN line says so): that holds
+ * our context and may hold another's, so the charge can be too large until the context goes, never too
+ * small - a tenant who races its processes must not get contexts for free.
  *
  * VGPU_CONTEXT_MEMORY=ignore turns all of this off (contexts pass straight to the driver); the limits
  * file pins the setting (limits.c). Context creation and destruction are serialised within the process,
@@ -113,17 +116,26 @@ static const nvmlProcessInfo_v1_t *our_entry(void) {
     return fresh;
 }
 
-/* Bytes the context just created on dev holds, as the driver reports them; 0 when it cannot tell. */
+static uint64_t listed_total(const struct listing *l) {
+    uint64_t total = 0;
+    for (unsigned i = 0; i < l->count; i++)
+        total += l->infos[i].usedGpuMemory;
+    return total;
+}
+
+/* Bytes the context just created on dev holds, as the driver reports them; an upper bound when our entry
+ * cannot be told apart; 0 when NVML lists nothing. */
 static uint64_t sample_context(int dev) {
     static bool warned;
     list_processes(dev, &after);
     const nvmlProcessInfo_v1_t *e = after.ok ? our_entry() : NULL;
     if (!e) {
+        uint64_t was = before.ok ? listed_total(&before) : 0, now = after.ok ? listed_total(&after) : 0;
         if (!warned)
-            vgpu_log(VGPU_LOG_WARN, "device %d: NVML does not show this process's memory; its contexts are not "
-                     "charged against the limit", dev);
+            vgpu_log(VGPU_LOG_WARN, "device %d: NVML does not tell this process's memory apart; a context is "
+                     "charged all the memory that appeared on the device while it was created", dev);
         warned = true;
-        return 0;
+        return before.ok && now > was ? now - was : 0;
     }
     uint64_t granted = vgpu_mem_granted(dev);
     return e->usedGpuMemory > granted ? e->usedGpuMemory - granted : 0;
