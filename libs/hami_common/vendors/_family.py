@@ -72,7 +72,7 @@ class QuotaSpec:
     """What namespace quota tracks for a family (hami-protocol §4.8, hami-vendors §0.2 "Webhook").
 
     A ResourceQuota's ``limits.<memory_name>`` and ``limits.<core_name>`` bound the namespace; a placed pod
-    holds the collapsed devices of its ``devices_key`` annotation. ``memory_factor`` is the MiB of one unit
+    holds the collapsed devices :meth:`DeviceFamily.allocated` reads. ``memory_factor`` is the MiB of one unit
     of the memory resource, so the limit is multiplied by it (Cambricon's 256 MiB; HAMi applies it only
     when > 1).
     """
@@ -80,7 +80,6 @@ class QuotaSpec:
     memory_name: str
     core_name: str  # "" when the family has no core resource
     memory_factor: int
-    devices_key: str  # the pod annotation a placement writes and keeps: hami.io/<...>-devices-allocated
 
 
 class DeviceFamily(Vendor, Protocol):

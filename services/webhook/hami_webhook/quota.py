@@ -11,12 +11,12 @@ device annotations, init containers collapsed (§4.9); pods that finished hold n
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from hami_common import logkeys
-from hami_common.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, decode_pod_devices
+from hami_common.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, PodDevices, decode_pod_devices
 from hami_common.errors import InvalidInput
 from hami_common.events import QuotaResource, QuotaUsage
 from hami_common.kube import Change, Pod, ResourceQuota
@@ -25,7 +25,7 @@ from hami_common.scheduling.quota import NamespaceQuota, quota_from_hard
 from hami_common.scheduling.usage import collapse_devices
 from hami_common.vendors import DeviceFamily
 
-__all__ = ["FINISHED_PHASES", "NVIDIA_DEVICE_KEYS", "QuotaBook", "Track", "pod_usage"]
+__all__ = ["FINISHED_PHASES", "NVIDIA_DEVICE_KEYS", "QuotaBook", "Track", "nvidia_devices", "pod_usage"]
 
 log = logging.getLogger(__name__)
 
@@ -36,38 +36,44 @@ Usage = tuple[int, int]  # (MiB, core percent)
 _NOTHING: Final[Usage] = (0, 0)
 
 
+PodDevicesReader = Callable[[Mapping[str, str]], PodDevices]  # a pod's annotations -> its devices, per container
+
+
+def nvidia_devices(annotations: Mapping[str, str]) -> PodDevices:
+    """NVIDIA's device list: the allocated copy, else the to-allocate one the device plugin consumes."""
+    key = next((k for k in NVIDIA_DEVICE_KEYS if annotations.get(k)), None)
+    return () if key is None else decode_pod_devices(annotations[key], key)
+
+
 @dataclass(frozen=True, slots=True)
 class Track:
-    """One vendor's quota: the resources a ResourceQuota limits and the annotations holding a pod's devices
-    (the first non-empty one counts)."""
+    """One vendor's quota: the resources a ResourceQuota limits and how a pod's devices of it are read."""
 
     memory_name: str
     core_name: str
-    device_keys: tuple[str, ...]
+    devices: PodDevicesReader
 
     @classmethod
     def nvidia(cls, config: ResourceConfig) -> Track:
-        return cls(config.memory_name, config.core_name, NVIDIA_DEVICE_KEYS)
+        return cls(config.memory_name, config.core_name, nvidia_devices)
 
     @classmethod
     def of(cls, family: DeviceFamily) -> Track:
         spec = family.quota
-        return cls(spec.memory_name, spec.core_name, (spec.devices_key,))
+        return cls(spec.memory_name, spec.core_name, family.allocated)
 
 
-def pod_usage(pod: Pod, keys: Sequence[str] = NVIDIA_DEVICE_KEYS) -> Usage:
+def pod_usage(pod: Pod, devices: PodDevicesReader = nvidia_devices) -> Usage:
     """What a placed pod holds of one vendor: Σ memory and cores over its collapsed devices; (0, 0) when it
-    holds nothing. ``keys``: the vendor's device annotations, the first non-empty one read.
+    holds nothing. ``devices`` reads the vendor's device annotation.
 
     Raises InvalidInput when the device annotation does not follow its grammar.
     """
     if pod.status.phase in FINISHED_PHASES:
         return _NOTHING
-    annotations = pod.metadata.annotations
-    key = next((k for k in keys if annotations.get(k)), None)
-    if key is None:
+    containers = devices(pod.metadata.annotations)
+    if not containers:
         return _NOTHING
-    containers = decode_pod_devices(annotations[key], key)
     n_init = len(pod.spec.init_containers)
     charges = collapse_devices(containers[:n_init], containers[n_init:])
     return sum(c.usedmem for c in charges), sum(c.usedcores for c in charges)
@@ -147,7 +153,7 @@ class QuotaBook:
         usage: list[Usage] = []
         for track in self.tracks:
             try:
-                usage.append(pod_usage(pod, track.device_keys))
+                usage.append(pod_usage(pod, track.devices))
             except InvalidInput as err:
                 meta = pod.metadata
                 log.warning(

@@ -86,7 +86,6 @@ class AscendFamily:
             memory_name=c.resource_memory_name,
             core_name=c.resource_core_name,
             memory_factor=c.memory_factor,
-            devices_key=keys.devices_allocated_key(self.word),
         )
 
     def owns(self, dev: DeviceUsage) -> bool:

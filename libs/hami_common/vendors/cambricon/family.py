@@ -131,7 +131,6 @@ class CambriconFamily:
             memory_name=c.resource_memory_name,
             core_name=c.resource_core_name,
             memory_factor=MEMORY_UNIT,
-            devices_key=DEVICES_ALLOCATED,
         )
 
     def owns(self, dev: DeviceUsage) -> bool:

@@ -68,7 +68,6 @@ class HygonFamily:
             memory_name=c.resource_memory_name,
             core_name=c.resource_core_name,
             memory_factor=c.factor,
-            devices_key=DEVICES_ALLOCATED,
         )
 
     def owns(self, dev: DeviceUsage) -> bool:
