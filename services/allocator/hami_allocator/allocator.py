@@ -207,6 +207,8 @@ class Allocator:
             else:
                 allocation, served = await self._fallback(len(ids), outcome.problems)
             if self.mig is not None and outcome.claim is not None and not allocation.mig:
+                if not self.mig.modes_known(allocation.device_uuids):  # a driver call per GPU, once
+                    await asyncio.to_thread(self.mig.learn_modes, allocation.device_uuids)
                 allocation = self._staged_reservations(outcome.claim, self.mig)
             if allocation.mig:
                 allocation = await self._realise(served, allocation)

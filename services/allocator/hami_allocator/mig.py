@@ -78,6 +78,15 @@ class MigInstances:
     _unowned_since: dict[tuple[str, int], float] = field(default_factory=dict)
     _mig_mode: dict[str, bool] = field(default_factory=dict)
 
+    def modes_known(self, gpu_uuids: Iterable[str]) -> bool:
+        """Whether :meth:`in_mig_mode` answers for every one of these GPUs without asking the driver."""
+        return all(u in self._mig_mode for u in gpu_uuids)
+
+    def learn_modes(self, gpu_uuids: Iterable[str]) -> None:
+        """Ask the driver for each GPU's mode not known yet (blocking: call it through ``to_thread``)."""
+        for uuid in gpu_uuids:
+            self.in_mig_mode(uuid)
+
     def in_mig_mode(self, gpu_uuid: str) -> bool:
         """Whether the GPU offers MIG profiles (asked once per GPU: the mode changes only with a reset)."""
         known = self._mig_mode.get(gpu_uuid)
