@@ -147,8 +147,10 @@ class RealKube:
         self._tls, self._client = tls, client
 
     def extenders_ready(self) -> bool:
-        """Every extender answers /readyz and its ledger holds every node."""
-        return all(self.extender_state(r).get("nodes") == self.config.nodes for r in self.replicas)
+        """Every extender answers /readyz and its ledger holds every node: the GPU nodes, the MIG nodes and each
+        vendor's node (counting ``config.nodes`` alone waited forever for a default ``hami up --kube real``)."""
+        wanted = len(self.config.node_names())
+        return all(self.extender_state(r).get("nodes") == wanted for r in self.replicas)
 
     def extender_state(self, replica: ExtenderReplica) -> Json:
         """What the replica's /readyz says (leader, synced, nodes, ...), or {} while it does not answer."""
