@@ -2,7 +2,7 @@
 # Writes the files an overlay's secretGenerator reads; nothing secret is ever committed (each overlay's
 # .gitignore ignores its secrets/ directory).
 #
-#   deploy/generate-secrets.sh [--tls] [--force] [--namespace NS] [--webhook-san SAN] OVERLAY_DIR
+#   deploy/generate-secrets.sh [--tls] [--force] [--namespace NS] [--webhook-san SAN] [--san SAN] OVERLAY_DIR
 #
 # Always: OVERLAY_DIR/secrets/nats/<service>, one random password per static NATS user (extender, webhook,
 #   metrics, natsauth), and OVERLAY_DIR/secrets/nats-issuer/{seed,issuer}: the account nkey with which the
@@ -15,7 +15,9 @@
 #   extender over the pod's loopback), scheduler-client.crt/.key: kube-scheduler's client certificate, which
 #   the extender requires (mutual TLS), nats.crt/.key for the hami-nats service and the pod's loopback (the
 #   callout beside it). --webhook-san adds a subjectAltName to the webhook's certificate,
-#   e.g. IP:127.0.0.1 when the apiserver calls it by URL (docker-compose.yml does).
+#   e.g. IP:127.0.0.1 when the apiserver calls it by URL (docker-compose.yml does). --san adds one to every
+#   serving certificate (webhook, extender, NATS): the local launcher gives each pod a loopback address of
+#   its own and dials the pods there (hami_sim.deployed).
 # Existing files are kept, so running it again changes nothing; --force makes new ones.
 # It says which files it wrote and where, and refuses an overlay whose kustomization generates no Secrets
 # (otel: it takes those of dev, the overlay it builds on) rather than leave keys where nothing reads them.
@@ -26,6 +28,7 @@ force=0
 namespace=hami-system
 days=825
 webhook_sans=""
+sans=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --tls) tls=1 ;;
@@ -33,13 +36,14 @@ while [ $# -gt 0 ]; do
     --namespace) shift; namespace="$1" ;;
     --days) shift; days="$1" ;;
     --webhook-san) shift; webhook_sans="$webhook_sans, $1" ;;
-    -h|--help) sed -n '2,21p' "$0"; exit 0 ;;
+    --san) shift; sans="$sans, $1" ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     -*) echo "unknown option: $1" >&2; exit 2 ;;
     *) break ;;
   esac
   shift
 done
-[ $# -eq 1 ] || { echo "usage: $0 [--tls] [--force] [--namespace NS] [--webhook-san SAN] OVERLAY_DIR" >&2; exit 2; }
+[ $# -eq 1 ] || { echo "usage: $0 [--tls] [--force] [--namespace NS] [--webhook-san SAN] [--san SAN] OVERLAY_DIR" >&2; exit 2; }
 command -v openssl >/dev/null || { echo "openssl is required" >&2; exit 1; }
 
 # An overlay is a directory with a kustomization; one without a secretGenerator reads no file written here
@@ -199,8 +203,8 @@ EXT
 }
 
 svc="hami-webhook.$namespace.svc"
-serve webhook "$svc" "DNS:hami-webhook, DNS:hami-webhook.$namespace, DNS:$svc, DNS:$svc.cluster.local$webhook_sans"
-serve extender localhost "DNS:localhost, IP:127.0.0.1"
+serve webhook "$svc" "DNS:hami-webhook, DNS:hami-webhook.$namespace, DNS:$svc, DNS:$svc.cluster.local$webhook_sans$sans"
+serve extender localhost "DNS:localhost, IP:127.0.0.1$sans"
 
 # client NAME CN: a client certificate signed by the CA (extendedKeyUsage clientAuth, no subjectAltName).
 client() {
@@ -223,5 +227,5 @@ EXT
 # kube-scheduler presents it to the extender, which serves only callers with a certificate of this CA
 client scheduler-client hami-scheduler
 nats="hami-nats.$namespace.svc"
-serve nats "$nats" "DNS:hami-nats, DNS:hami-nats.$namespace, DNS:$nats, DNS:$nats.cluster.local, DNS:localhost, IP:127.0.0.1"
+serve nats "$nats" "DNS:hami-nats, DNS:hami-nats.$namespace, DNS:$nats, DNS:$nats.cluster.local, DNS:localhost, IP:127.0.0.1$sans"
 summary "$1"

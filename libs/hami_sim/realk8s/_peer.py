@@ -16,7 +16,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
@@ -38,8 +38,10 @@ class Peer:
         *,
         restart: bool = False,
         stop_timeout: float = _STOP_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.name = name
+        self.env = None if env is None else dict(env)  # None: this process's own
         self.stop_timeout = stop_timeout
         self.argv = list(argv)
         self.log_file = log_file
@@ -67,7 +69,9 @@ class Peer:
     def _spawn(self) -> None:
         self.log_file.parent.mkdir(parents=True, exist_ok=True)
         with self.log_file.open("ab") as out:
-            proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=self.env
+            )
         self._proc = proc
         _running.add(self)
         threading.Thread(target=self._watch, args=(proc,), name=f"peer {self.name}", daemon=True).start()

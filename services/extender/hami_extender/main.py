@@ -76,7 +76,7 @@ async def serve(settings: ExtenderSettings, stop: asyncio.Event) -> None:
     server = uvicorn.Server(config)
     probes: asyncio.Server | None = None
     if settings.health_port:
-        probes = await asyncio.start_server(_answer_probe, host=None, port=settings.health_port)
+        probes = await asyncio.start_server(_answer_probe, host=settings.health_host or None, port=settings.health_port)
         log.info("kubelet probes answered on port %d", settings.health_port)
     async with asyncio.TaskGroup() as tg:
         serving = tg.create_task(server.serve(), name="http")

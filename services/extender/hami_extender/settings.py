@@ -26,9 +26,8 @@ class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings):
     tls_client_ca_file: str = setting(
         "", "PEM CA bundle; with it, every client must present a certificate it signed (mutual TLS)"
     )
-    health_port: int = setting(
-        0, "plain-HTTP port on all addresses answering GET /healthz only, for the kubelet's probes (0: none)"
-    )
+    health_port: int = setting(0, "plain-HTTP port answering GET /healthz only, for the kubelet's probes (0: none)")
+    health_host: str = setting("", "address of the probe port (empty: every address)")
     bearer_token: str = setting("", "if set, requests must carry 'Authorization: Bearer <token>'")
     kubeconfig: str = setting("", "kubeconfig path; empty: in-cluster config, else $KUBECONFIG")
     kube_context: str = setting("", "kubeconfig context (empty: the current one)")
