@@ -48,6 +48,7 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     client_cert: str = ""
     client_key: str = ""
     pid: int = 0  # the `hami up` process; 0 in files written before runs had their own folder
+    metrics_token_file: str = ""  # real: the bearer token deploy/'s metrics service requires on /metrics
 
 
 def runs_root() -> Path:

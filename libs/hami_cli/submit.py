@@ -145,6 +145,7 @@ def submit_main(argv: Sequence[str]) -> int:
 class _Target(msgspec.Struct, frozen=True):
     settings: KubeSettings
     metrics_url: str
+    metrics_token_file: str = ""
 
 
 def _target(args: argparse.Namespace) -> _Target:
@@ -152,20 +153,23 @@ def _target(args: argparse.Namespace) -> _Target:
     if args.kubeconfig or args.context or args.in_cluster:
         # Empty: the service account in a pod, else $KUBECONFIG or ~/.kube/config (as kubectl chooses).
         kubeconfig = "" if args.in_cluster else (args.kubeconfig or "")
-        return _Target(KubeSettings(kubeconfig=kubeconfig, kube_context=args.context or ""), args.metrics or "")
+        settings = KubeSettings(kubeconfig=kubeconfig, kube_context=args.context or "")
+        return _Target(settings, args.metrics or "", args.metrics_token_file or "")
     _, state = pick_running(args.workdir)
-    return _Target(KubeSettings(kubeconfig=state.kubeconfig), args.metrics or state.metrics_url)
+    token_file = args.metrics_token_file or ("" if args.metrics else state.metrics_token_file)
+    return _Target(KubeSettings(kubeconfig=state.kubeconfig), args.metrics or state.metrics_url, token_file)
 
 
-async def _usage(url: str) -> tuple[Usage | None, str]:
+async def _usage(url: str, token_file: str = "") -> tuple[Usage | None, str]:
     if not url:
         return None, "not given: --metrics URL adds memory and cores in use"
     try:
+        headers = {"Authorization": f"Bearer {Path(token_file).read_text().strip()}"} if token_file else {}
         async with httpx.AsyncClient(timeout=_METRICS_TIMEOUT_S) as client:
-            reply = await client.get(url)
+            reply = await client.get(url, headers=headers)
         reply.raise_for_status()
         return parse_usage(reply.text), "ok"
-    except (httpx.HTTPError, ValueError) as err:
+    except (httpx.HTTPError, ValueError, OSError) as err:
         return None, f"not reachable: {err or type(err).__name__}"
 
 
@@ -175,7 +179,7 @@ async def _overview(target: _Target) -> Overview:
         pods, _ = await kube.list_pods()
         events = await kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
         server = str(kube.api_client.configuration.host)
-    usage, metrics = await _usage(target.metrics_url)
+    usage, metrics = await _usage(target.metrics_url, target.metrics_token_file)
     return build_overview(server, nodes, pods, events, usage, metrics_url=target.metrics_url, metrics=metrics)
 
 
@@ -192,6 +196,10 @@ def status_main(argv: Sequence[str]) -> int:
     parser.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
     parser.add_argument("--in-cluster", action="store_true", help="the service account of the pod this runs in")
     parser.add_argument("--metrics", help="the metrics service's /metrics URL (the local stack's by default)")
+    parser.add_argument(
+        "--metrics-token-file",
+        help="a file holding the bearer token /metrics requires (deploy/'s Secret hami-metrics-token)",
+    )
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="json: for scripts")
     args = parser.parse_args(argv)
     try:

@@ -178,7 +178,8 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
     print(render_table(STATUS_HEADERS, [r for r in status_rows(nodes, pods) if r[-1] != "-"] or []))
     async with httpx.AsyncClient(timeout=5.0) as client:
         try:
-            text = (await client.get(cluster.metrics_url)).text
+            headers = {"Authorization": f"Bearer {cluster.metrics_token}"} if cluster.metrics_token else {}
+            text = (await client.get(cluster.metrics_url, headers=headers)).text
             series = sum(1 for line in text.splitlines() if line.startswith("hami_"))
             print(f"\nMetrics:     {cluster.metrics_url}   ({series} hami_* series)")
         except httpx.HTTPError as err:
@@ -243,6 +244,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             webhook_url=cluster.webhook_url,
             ca_file=str(cluster.tls.ca) if cluster.tls else "",
             metrics_url=cluster.metrics_url,
+            metrics_token_file=_metrics_token_file(cluster, workdir),
             nats_url=cluster.nats.url,
             pid=os.getpid(),
             **_real_access(cluster),
@@ -296,6 +298,17 @@ async def end_stragglers(grace_s: float) -> list[str]:
 def _where(task: asyncio.Task[Any]) -> str:
     frames = task.get_stack(limit=1)
     return f"{frames[0].f_code.co_filename}:{frames[0].f_lineno}" if frames else "?"
+
+
+def _metrics_token_file(cluster: LocalCluster, workdir: Path) -> str:
+    """Where deploy/'s metrics service runs, /metrics wants its bearer token: kept for `hami status`."""
+    if not cluster.metrics_token:
+        return ""
+    path = workdir / "metrics-token"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        out.write(cluster.metrics_token)
+    return str(path)
 
 
 def _real_access(cluster: LocalCluster) -> dict[str, Any]:

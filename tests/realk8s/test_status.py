@@ -42,9 +42,10 @@ async def test_status_of_a_real_cluster_shows_gpus_placements_and_why_a_pod_wait
 
         await eventually(failed_scheduling, timeout=90, what="FailedScheduling from kube-scheduler")
         kubeconfig = str(cluster.config.kubeconfig)
-        as_json = await asyncio.to_thread(
-            hami_status, "--kubeconfig", kubeconfig, "--metrics", cluster.metrics_url, "-o", "json"
-        )
+        token = tmp_path / "metrics-token"  # deploy/'s metrics service serves /metrics to its bearer only
+        token.write_text(cluster.metrics_token)
+        metrics = ("--metrics", cluster.metrics_url, "--metrics-token-file", str(token))
+        as_json = await asyncio.to_thread(hami_status, "--kubeconfig", kubeconfig, *metrics, "-o", "json")
         as_table = await asyncio.to_thread(hami_status, "--kubeconfig", kubeconfig)
         nodes = set(cluster.config.node_names())
 

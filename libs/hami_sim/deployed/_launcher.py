@@ -47,6 +47,7 @@ _INIT_TIMEOUT_S: Final = 60.0
 INVENTORY_ENV: Final = env_name("inventory")
 NVML_INVENTORY: Final = "nvml"
 FAKE_INVENTORY_ENV: Final = env_name("fake_inventory")
+VENDOR_ROOT_ENV: Final = env_name("vendor_host_root")
 _KEPT_ENV: Final = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV")
 
 
@@ -102,6 +103,7 @@ class Launcher:
         nodes: Mapping[str, Mapping[str, str]] = {},
         replicas: Mapping[str, int] = {},
         overlay: str = "dev",
+        overlay_files: Mapping[str, str] = {},
         namespace: str = "hami-system",
         hosts: Path | None = None,
         inventory: Path | None = None,
@@ -111,6 +113,7 @@ class Launcher:
         self.nodes = dict(nodes)  # node name -> its labels (a DaemonSet's nodeSelector picks among them)
         self.replicas = dict(replicas)  # workload name -> replicas, where a test wants other than rendered
         self.overlay = overlay
+        self.overlay_files = dict(overlay_files)  # an overlay of the caller's, written beside deploy/'s own
         self.namespace = namespace
         self.hosts = hosts  # the nodes' root folders (hostPath volumes); short: unix sockets live there
         self.inventory = inventory  # the fake inventory that stands in for NVML (no GPU here)
@@ -125,7 +128,13 @@ class Launcher:
 
     def render(self) -> Rendering:
         sans = [f"IP:{self.prefix}.{i}" for i in range(1, RESERVED_ADDRESSES + 1)]
-        tree = prepare_tree(self.workdir / "tree", sans=sans, overlay=self.overlay)
+        secrets_of = "dev" if self.overlay_files else self.overlay  # the caller's overlay builds on dev
+        tree = prepare_tree(self.workdir / "tree", sans=sans, overlay=secrets_of)
+        if self.overlay_files:
+            folder = tree / "kustomize" / "overlays" / self.overlay
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in self.overlay_files.items():
+                (folder / name).write_text(text)
         self.rendering = render(tree / "kustomize" / "overlays" / self.overlay, self.plane.binaries["kubectl"])
         self._slots = self._pod_slots(self.rendering)
         routes = service_routes(self.rendering, self._slots, self.namespace)
@@ -176,6 +185,13 @@ class Launcher:
             raise LookupError(f"no pod {pod}; pods: {', '.join(s.name for s in self._slots)}")
         return self._planner.plan(slot)
 
+    def rendering_of(self, workload: str) -> Json:
+        """The rendered workload named ``workload`` (with the replicas it runs here)."""
+        for slot in self._slots:
+            if slot.workload["metadata"]["name"] == workload:
+                return slot.workload
+        raise LookupError(f"no workload {workload} runs here")
+
     def pod_names(self, workload: str = "") -> list[str]:
         return [s.name for s in self._slots if not workload or s.workload["metadata"]["name"] == workload]
 
@@ -225,10 +241,12 @@ class Launcher:
     def start_pods(self, names: Iterable[str]) -> list[LaunchedPod]:
         return [self.start_pod(name) for name in names]
 
-    def start_pod(self, name: str) -> LaunchedPod:
+    def start_pod(self, name: str, *, start: bool = True) -> LaunchedPod:
+        """The pod's files, tokens and init containers, then (``start``) its containers."""
         if name in self.pods:
             pod = self.pods[name]
-            pod.start()
+            if start:
+                pod.start()
             return pod
         plan = self.plan(name)
         self._write(plan)
@@ -244,7 +262,8 @@ class Launcher:
             peer = Peer(f"{plan.name}/{container.name}", argv, logfile, restart=True, env=env)
             pod.containers[container.name] = peer
         self.pods[name] = pod
-        pod.start()
+        if start:
+            pod.start()
         return pod
 
     def _write(self, plan: PodPlan) -> None:
@@ -286,6 +305,8 @@ class Launcher:
         if self.inventory is not None and env.get(INVENTORY_ENV) == NVML_INVENTORY:
             env[INVENTORY_ENV] = FAKE  # no GPU here: the fake inventory (_mapping.MAPPING)
             env[FAKE_INVENTORY_ENV] = str(self.inventory)
+            if self._planner is not None:  # where the fake devices' host files go (Hygon's vdev conf)
+                env[VENDOR_ROOT_ENV] = str(self._planner.node_root(plan.node))
         if kubeconfig is not None and container.name in plan.api_access:
             env["KUBECONFIG"] = str(kubeconfig)  # the in-cluster credentials (_mapping.MAPPING)
         return env

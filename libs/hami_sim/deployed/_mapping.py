@@ -72,7 +72,7 @@ MAPPING: Final = (
 LOOPBACK_HOSTS: Final = frozenset({"127.0.0.1", "localhost", "0.0.0.0"})
 IMAGE_FILES: Final = "/opt/hami/vgpu"  # what the Dockerfile copies from native/vgpu's build
 _URL: Final = re.compile(r"(?P<scheme>[a-z][a-z0-9+.-]*://)(?P<host>[A-Za-z0-9.-]+)(?::(?P<port>\d+))?")
-_BARE_LOOPBACK: Final = re.compile(r"(?<![\w.-])(127\.0\.0\.1|localhost)(?::(\d+))?(?![\w.-])")
+_BARE_LOOPBACK: Final = re.compile(r"(?<![\w.-])(127\.0\.0\.1|localhost|0\.0\.0\.0)(?::(\d+))?(?![\w.-])")
 _PRELOAD: Final = "/usr/local/vgpu/libvgpu.so\n"  # the Dockerfile's ld.so.preload
 
 

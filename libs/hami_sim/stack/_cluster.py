@@ -7,9 +7,11 @@ emulator, node agent, allocator; in this process or in ``config.node_hosts`` chi
 kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
 webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
 
-With ``config.kube == "real"`` the emulated peers give way to real ones (``_realkube``): etcd and
-kube-apiserver, which call the webhook themselves, and kube-scheduler replicas, each with its own
-``hami-extender`` process; every service runs as its deployed ServiceAccount.
+With ``config.kube == "real"`` the system is deploy/ as shipped (``_realkube``): etcd and kube-apiserver run
+here, and the rendered dev overlay (plus the stack's own overlay of choices, ``_overlay``) is applied and
+its pods launched as processes exactly as their specs say: NATS with TLS and the auth callout, the webhook,
+the metrics service, the scheduler pods (kube-scheduler + extender) and a node pod per node; the kubelets
+are the stack's emulated ones.
 """
 
 from __future__ import annotations
@@ -39,10 +41,10 @@ from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
 from hami_sim.stack._http import bind_loopback, serve_app
-from hami_sim.stack._node import Admitted, NodeConnections, SimNode, hand_over
+from hami_sim.stack._node import Admitted, LaunchedNode, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
-from hami_sim.stack._realkube import RealKube
-from hami_sim.stack._service import RunningService
+from hami_sim.stack._realkube import LaunchedNats, RealKube
+from hami_sim.stack._service import ProcessService, RunningService
 from hami_sim.stack.audit import GpuCapacity
 from hami_sim.tls import TlsFiles, write_serving_certificate
 from hami_sim.waiting import eventually
@@ -79,10 +81,14 @@ class _Port:
 class LocalCluster:
     def __init__(self, config: StackConfig) -> None:
         self.config = config
-        self.nats: EmbeddedNats | NatsCluster = (
-            NatsCluster(config.nats_servers) if config.nats_servers > 1 else EmbeddedNats(store_dir=None)
-        )
         self.real: RealKube | None = RealKube(config) if config.kube == "real" else None
+        self.nats: EmbeddedNats | NatsCluster | LaunchedNats = (
+            self.real.nats
+            if self.real is not None
+            else NatsCluster(config.nats_servers)
+            if config.nats_servers > 1
+            else EmbeddedNats(store_dir=None)
+        )
         self.api: KubeApiProcess | ControlPlane = (
             self.real.plane if self.real is not None else KubeApiProcess(bookmark_interval=1.0, history=20_000)
         )
@@ -99,7 +105,7 @@ class LocalCluster:
         self._extender_port = _Port()
         self._changed = asyncio.Condition()
         self._stack = contextlib.AsyncExitStack()
-        self._services: list[RunningService] = []
+        self._services: list[RunningService | ProcessService] = []
         self.scheduler: RunningService | None = None
         self.pod_watch: RunningService | None = None
         self._kube: KubeClient | None = None
@@ -109,6 +115,8 @@ class LocalCluster:
 
     @property
     def webhook_url(self) -> str:
+        if self.real is not None:
+            return self.real.webhook_url
         return f"https://127.0.0.1:{self._webhook_port.port}"
 
     @property
@@ -118,12 +126,18 @@ class LocalCluster:
         return f"http://127.0.0.1:{self._extender_port.port}"
 
     def _kubeconfig_of(self, service: str) -> str:
-        """Where ``service`` finds the apiserver: its own ServiceAccount's token on the real one."""
-        return self.real.kubeconfig_of(service) if self.real is not None else str(self.config.kubeconfig)
+        return str(self.config.kubeconfig)
 
     @property
     def metrics_url(self) -> str:
+        if self.real is not None:
+            return self.real.metrics_url
         return f"http://127.0.0.1:{self._metrics_port.port}/metrics"
+
+    @property
+    def metrics_token(self) -> str:
+        """The bearer token /metrics requires where deploy/ runs it (empty: the emulated stack's needs none)."""
+        return self.real.metrics_token if self.real is not None else ""
 
     @property
     def kube(self) -> KubeClient:
@@ -262,26 +276,89 @@ class LocalCluster:
         loop = asyncio.get_running_loop()
         executor = ThreadPoolExecutor(max_workers=_THREADS, thread_name_prefix="stack")
         loop.set_default_executor(executor)
-        stack = self._stack
         self.config.workdir.mkdir(parents=True, exist_ok=True)
         self.config.sockdir.mkdir(parents=True, exist_ok=True)
         write_inventory(self.config)
         write_grant_key(self.config)
         self.tls = write_serving_certificate(self.config.workdir / "tls")
-        real = self.real
-        if real is not None:
-            progress(f"starting nats-server, etcd and kube-apiserver {real.binaries.version}; applying deploy/ RBAC")
+        if self.real is not None:
+            await self._start_deployed(self.real, progress)
         else:
-            progress("starting nats-server and the Kubernetes API emulator")
+            await self._start_emulated(progress)
+        progress("ready")
+        return self
+
+    def _node_labels(self) -> dict[str, dict[str, str]]:
+        return {name: {"kubernetes.io/hostname": name, "gpu": "on"} for name in self.config.node_names()}
+
+    async def _start_deployed(self, real: RealKube, progress: Callable[[str], None]) -> None:
+        """deploy/ as shipped on the real control plane: the rendered objects, then the pods in the order a
+        cluster brings them up (NATS, the control plane's pods, the node pods beside their kubelets)."""
+        stack = self._stack
+        progress(f"starting etcd and kube-apiserver {real.binaries.version}; applying deploy/ as rendered; NATS")
+        stack.callback(real.close)
+        await asyncio.to_thread(real.start_plane, self._node_labels())
+        await asyncio.to_thread(self._seed_nodes)
+        self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
+        tasks = await stack.enter_async_context(asyncio.TaskGroup())
+        stack.push_async_callback(self._stop_services)
+        replicas = max(self.config.scheduler_replicas, 1)
+        progress(f"starting the webhook, the metrics service and {replicas} scheduler pod(s) as deploy/ runs them")
+        await asyncio.to_thread(real.start_control)
+        progress(f"starting {self._nodes_phrase()}: a hami-node pod and a kubelet each")
+        names = list(self.config.node_names())
+        await asyncio.to_thread(real.prepare_nodes, names)
+        for name in names:
+            pod = real.node_pod(name)
+            launched = LaunchedNode(
+                plugin_dir=real.node_plugin_dir(name),
+                staging_dir=real.node_staging_dir(name),
+                agent=ProcessService(f"nodeagent/{name}", pod.container("nodeagent")),
+                allocator=ProcessService(f"allocator/{name}", pod.container("allocator")),
+            )
+            node = SimNode(name, self.config, self._connections(), tasks, self._admitted, self.kube, launched=launched)
+            self.nodes[name] = node
+            await node.start()
+            self._services.extend((node.admitter, node.allocator, node.agent))
+        self.pod_watch = self._service("kubelet pod watch", self._run_pod_watch, tasks)
+        self.pod_watch.start()
+        async with asyncio.timeout(_READY_TIMEOUT_S):
+            await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
+        progress("device plugins registered; waiting for the nodes' GPU registration")
+        await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
+        progress("registering the webhook with kube-apiserver; waiting for a kube-scheduler to lead")
+        await asyncio.to_thread(real.register_webhook)
+        await asyncio.to_thread(real.wait_leader)
+        self._admitter = Admitter(
+            self.webhook_url, str(real.webhook_ca_file), self.api.url, api_tls=real.plane.client_tls(), review=False
+        )
+        stack.push_async_callback(self._admitter.close)
+
+    def _connections(self) -> NodeConnections:
+        return NodeConnections(
+            nats_url=self.nats.url,
+            kubeconfig=str(self.config.kubeconfig),
+            kubelet_kubeconfig=str(self.config.kubeconfig),
+        )
+
+    def _nodes_phrase(self) -> str:
+        mig = self.config.mig_nodes
+        extra = f" and {mig} MIG node{'s' if mig > 1 else ''} × {self.config.mig_gpus_per_node} GPUs" if mig else ""
+        vendors = self.config.other_vendors
+        if vendors:
+            extra += f" and a node of {self.config.vendor_devices_per_node} devices for each of {', '.join(vendors)}"
+        return f"{self.config.nodes} nodes × {self.config.gpus_per_node} GPUs{extra}"
+
+    async def _start_emulated(self, progress: Callable[[str], None]) -> None:
+        stack = self._stack
+        assert self.tls is not None
+        progress("starting nats-server and the Kubernetes API emulator")
+        assert not isinstance(self.nats, LaunchedNats)
         await asyncio.to_thread(self.nats.start)
         stack.callback(self.nats.close)
-        if real is not None:
-            stack.callback(real.close)
-            await asyncio.to_thread(real.start_plane)
-        else:
-            stack.callback(self.api.close)
-            await asyncio.to_thread(self.api.start)
-            self.api.write_kubeconfig(self.config.kubeconfig)
+        stack.callback(self.api.close)
+        await asyncio.to_thread(self.api.start)
+        self.api.write_kubeconfig(self.config.kubeconfig)
         await asyncio.to_thread(self._seed_nodes)
         self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
         tasks = await stack.enter_async_context(asyncio.TaskGroup())
@@ -291,49 +368,25 @@ class LocalCluster:
         self.metrics = self._service("metrics", self._run_metrics, tasks)
         for service in (self.webhook, self.metrics):
             service.start()
-        if real is not None:
-            await asyncio.to_thread(real.start_extenders, self.extender_settings(), self.tls)
-        else:
-            self.extender = self._service("extender", self._run_extender, tasks)
-            self.extender.start()
+        self.extender = self._service("extender", self._run_extender, tasks)
+        self.extender.start()
         connections = NodeConnections(
             nats_url=self.nats.url,
-            kubeconfig=(
-                await asyncio.to_thread(real.node_kubeconfigs, self.config.node_names())
-                if real is not None
-                else self._kubeconfig_of("node")
-            ),
+            kubeconfig=self._kubeconfig_of("node"),
             kubelet_kubeconfig=str(self.config.kubeconfig),
         )
-        mig = self.config.mig_nodes
-        extra = f" and {mig} MIG node{'s' if mig > 1 else ''} × {self.config.mig_gpus_per_node} GPUs" if mig else ""
-        vendors = self.config.other_vendors
-        if vendors:
-            extra += f" and a node of {self.config.vendor_devices_per_node} devices for each of {', '.join(vendors)}"
-        progress(f"starting {self.config.nodes} nodes × {self.config.gpus_per_node} GPUs{extra}")
+        progress(f"starting {self._nodes_phrase()}")
         if self.config.node_hosts > 0:
             await self._start_hosts(connections)
         else:
             await self._start_nodes(connections, tasks)
         progress("device plugins registered; waiting for the nodes' GPU registration")
         await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
-        if real is not None:
-            self._admitter = Admitter(
-                self.webhook_url, str(self.tls.ca), self.api.url, api_tls=real.plane.client_tls(), review=False
-            )
-            stack.push_async_callback(self._admitter.close)
-            progress("registering the webhook with kube-apiserver; starting kube-scheduler")
-            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
-            await asyncio.to_thread(real.register_webhook, self.webhook_url, self.tls.ca.read_bytes())
-            await asyncio.to_thread(real.start_schedulers)
-        else:
-            self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
-            self.scheduler.start()
-            self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
-            stack.push_async_callback(self._admitter.close)
-            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
-        progress("ready")
-        return self
+        self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
+        self.scheduler.start()
+        self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
+        stack.push_async_callback(self._admitter.close)
+        await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
 
     async def _webhook_ready(self) -> bool:
         assert self._admitter is not None
@@ -425,11 +478,7 @@ class LocalCluster:
         peers: list[tuple[str, int | None]] = [("nats-server", self.nats.pid)]
         if self.real is not None:
             plane = self.real.plane
-            peers += [("etcd", plane.etcd.pid), ("kube-apiserver", plane.apiserver.pid)]
-            for replica in self.real.replicas:
-                peers.append((replica.extender.name, replica.extender.pid))
-                if replica.scheduler is not None:
-                    peers.append((replica.scheduler.name, replica.scheduler.pid))
+            peers = [("etcd", plane.etcd.pid), ("kube-apiserver", plane.apiserver.pid), *self.real.processes()]
         elif isinstance(self.api, KubeApiProcess):
             peers.append(("api emulator", self.api.pid))
         peers += [(f"node host {i}", host.pid) for i, host in enumerate(self.hosts)]
@@ -450,7 +499,7 @@ class LocalCluster:
 
     async def kill_nats_server(self, index: int = 0, down_s: float = 5.0) -> None:
         """SIGKILL one server of the NATS cluster, as a lost node; it comes back ``down_s`` later."""
-        if not isinstance(self.nats, NatsCluster):
+        if not isinstance(self.nats, NatsCluster | LaunchedNats) or self.config.nats_servers < 2:
             raise RuntimeError("one NATS server: nothing survives its loss (nats_servers=3 for a cluster)")
         await asyncio.to_thread(self.nats.kill, index)
         await asyncio.sleep(down_s)
@@ -463,7 +512,7 @@ class LocalCluster:
         self._extender_state = {}
         await self.extender.restart()
 
-    async def restart_nodeagent(self, node: str) -> None:
+    async def restart_nodeagent(self, node: str) -> None:  # a launched node's is its pod's container
         host = next((h for h in self.hosts if node in h.nodes), None)
         if host is not None:
             await host.restart_agent(node)

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Final
 
 from hami_allocator.service import serve as serve_allocator
@@ -36,10 +37,10 @@ from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
 from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig, vendor_capacity
-from hami_sim.stack._service import FailureHook, RunningService
+from hami_sim.stack._service import FailureHook, ProcessService, RunningService
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
-__all__ = ["Admitted", "NodeConnections", "SimNode", "hand_over"]
+__all__ = ["Admitted", "LaunchedNode", "NodeConnections", "SimNode", "hand_over"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,17 @@ class NodeConnections:
 
 
 @dataclass(frozen=True, slots=True)
+class LaunchedNode:
+    """A node whose node agent and allocator are the launched pod of deploy/'s DaemonSet: the kubelet's
+    device-plugin folder and the staging folder are that pod's hostPath volumes."""
+
+    plugin_dir: Path
+    staging_dir: Path
+    agent: ProcessService
+    allocator: ProcessService
+
+
+@dataclass(frozen=True, slots=True)
 class Admitted:
     """A pod the kubelet admitted: what every Allocate answered, and when (``time.monotonic()``)."""
 
@@ -84,6 +96,7 @@ class SimNode:
         on_admitted: Callable[[Admitted], None],
         kube: KubeClient | None = None,
         on_failure: FailureHook | None = None,
+        launched: LaunchedNode | None = None,
     ) -> None:
         self.name = name
         self._kube = kube  # where the kubelet reports the phase of the pods it admitted
@@ -91,14 +104,21 @@ class SimNode:
         self._terminated: set[str] = set()  # pods whose deletion this kubelet has finished (or is finishing)
         self.config = config
         self.connections = connections
-        self.kubelet = KubeletEmulator(config.plugin_dir(name), node=name)
-        self.agent = RunningService(f"nodeagent/{name}", self._run_agent, tasks, on_failure)
-        self.allocator = RunningService(f"allocator/{name}", self._run_allocator, tasks, on_failure)
+        self.launched = launched
+        self.kubelet = KubeletEmulator(launched.plugin_dir if launched else config.plugin_dir(name), node=name)
+        self.agent: RunningService | ProcessService = (
+            launched.agent if launched else RunningService(f"nodeagent/{name}", self._run_agent, tasks, on_failure)
+        )
+        self.allocator: RunningService | ProcessService = (
+            launched.allocator
+            if launched
+            else RunningService(f"allocator/{name}", self._run_allocator, tasks, on_failure)
+        )
         self.admitter = RunningService(f"kubelet/{name}", self._run_admissions, tasks, on_failure)
         self._on_admitted = on_admitted
         self._queue: asyncio.Queue[Pod] = asyncio.Queue()
         self._seen: set[str] = set()
-        self._store = StagingStore(config.node_dir(name) / "staging")
+        self._store = StagingStore(launched.staging_dir if launched else config.node_dir(name) / "staging")
         self._resource = config.gpu_resource  # the device config's resourceCountName, read once
         self._vendor_resources = vendor_capacity(config, name)  # other vendors' plugins on this node
         self._reports: set[asyncio.Task[None]] = set()

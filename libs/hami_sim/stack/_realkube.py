@@ -1,78 +1,110 @@
-"""The local stack on the real control plane (``StackConfig.kube == "real"``).
+"""The local stack on the real control plane (``StackConfig.kube == "real"``): deploy/ as shipped.
 
-What the emulated stack plays, real peers do here: kube-apiserver calls the webhook (the deployed
-MutatingWebhookConfiguration, pointed at a loopback URL), kube-scheduler replicas call the extender
-(the deployed KubeSchedulerConfiguration), and every service runs as its own ServiceAccount, with the
-deployed RBAC, on a token from the TokenRequest API. The extender runs as the deployed pod runs it: one
-``hami-extender`` process per kube-scheduler replica, leading while its replica holds the
-``hami-scheduler`` Lease; each replica pair has its own host name (a UTS namespace), as each pod would.
+etcd and kube-apiserver run here; everything else is the rendered dev overlay plus the stack's own overlay
+(:mod:`._overlay`: policies, device config, MIG node config, NATS servers), launched by
+:class:`hami_sim.deployed.Launcher`: every object applied as rendered, NATS with TLS and its auth callout,
+the webhook, the metrics service, each ``hami-scheduler`` pod (kube-scheduler and its extender, a host name
+each) and each node's ``hami-node`` pod run as processes with exactly their pod spec. The kubelets are the
+stack's (emulated, beside the launched node pods); the real kubelet has its own tests.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 import json
 import logging
 import ssl
-import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from hami_common.settings import to_argv
-from hami_extender.settings import ExtenderSettings
-from hami_sim.realk8s import (
-    SYSTEM_NAMESPACE,
-    ApiError,
-    ControlPlane,
-    KubeScheduler,
-    Peer,
-    apply,
-    deployed,
-    free_port,
-    policy_documents,
-    rbac_documents,
-    scheduler_configuration,
-    uts_namespaces_work,
-    webhook_configuration,
-)
-from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig
-from hami_sim.tls import CertificateAuthority, TlsFiles
+from hami_sim.deployed import LaunchedPod, Launcher
+from hami_sim.realk8s import SYSTEM_NAMESPACE, ApiError, ControlPlane, Peer
+from hami_sim.stack._config import StackConfig
+from hami_sim.stack._overlay import LOCAL_OVERLAY, local_overlay
 
-__all__ = ["ACCOUNTS", "ExtenderReplica", "RealKube"]
+__all__ = ["ExtenderReplica", "LaunchedNats", "RealKube"]
 
 log = logging.getLogger(__name__)
 
-# The ServiceAccounts of deploy/kustomize/base/rbac, by the service that runs as each.
-ACCOUNTS: Final = {"webhook": "hami-webhook", "scheduler": "hami-scheduler", "node": "hami-node"}
-_EXTENDER_MAIN: Final = "import sys; from hami_extender.main import main; sys.exit(main(sys.argv[1:]))"
-_READY_TIMEOUT_S: Final = 120.0
+SCHEDULER: Final = "hami-scheduler"
+WEBHOOK: Final = "hami-webhook"
+METRICS: Final = "hami-metrics"
+NATS: Final = "hami-nats"
+NODE: Final = "hami-node"
+_READY_TIMEOUT_S: Final = 180.0
 _PROBE_POD: Final = "hami-webhook-probe"
 Json = dict[str, Any]
 
 
+def _port(container: Json, name: str) -> int:
+    return next(int(p["containerPort"]) for p in container.get("ports") or [] if p.get("name") == name)
+
+
+def _env_value(container: Json, name: str) -> str:
+    return next(str(e.get("value", "")) for e in container.get("env") or [] if e["name"] == name)
+
+
 @dataclass(eq=False)
 class ExtenderReplica:
-    """One scheduler pod: a kube-scheduler replica and its extender, sharing a host name."""
+    """One launched ``hami-scheduler`` pod: its kube-scheduler and its extender."""
 
     index: int
-    identity: str
-    port: int
-    extender: Peer
-    scheduler: KubeScheduler | None = None
+    pod: LaunchedPod
+    url: str
 
     @property
-    def url(self) -> str:
-        return f"https://127.0.0.1:{self.port}"
+    def identity(self) -> str:
+        return self.pod.name
+
+    @property
+    def extender(self) -> Peer:
+        return self.pod.container("extender")
+
+    @property
+    def scheduler(self) -> Peer:
+        return self.pod.container("kube-scheduler")
 
     def kill(self) -> None:
         """SIGKILL both processes, as a node dying under the pod would."""
-        if self.scheduler is not None:
-            self.scheduler.kill()
-        self.extender.kill()
+        self.pod.kill()
+
+
+class LaunchedNats:
+    """The launched NATS StatefulSet, with the surface of the stack's embedded server (chaos)."""
+
+    def __init__(self, real: RealKube) -> None:
+        self._real = real
+
+    @property
+    def pods(self) -> list[LaunchedPod]:
+        return [self._real.launcher.pods[n] for n in self._real.launcher.pod_names(NATS)]
+
+    @property
+    def url(self) -> str:
+        return ",".join(f"tls://{p.plan.address}:4222" for p in self.pods)
+
+    @property
+    def pid(self) -> int | None:
+        return self.pods[0].container("nats").pid if self.pods else None
+
+    def restart(self) -> None:
+        for pod in self.pods:
+            pod.stop()
+            pod.start()
+        self._real.launcher.wait_ready([p.name for p in self.pods])
+
+    def kill(self, index: int) -> None:
+        self.pods[index].container("nats").kill()
+
+    def revive(self, index: int) -> None:
+        self.pods[index].container("nats").start()
+
+    def stop(self) -> None:
+        for pod in self.pods:
+            pod.stop()
 
 
 class RealKube:
@@ -80,71 +112,86 @@ class RealKube:
         self.config = config
         self.plane = ControlPlane(workdir=config.workdir / "k8s")
         self.binaries = self.plane.binaries
-        self.credentials: dict[str, Path] = {}  # ServiceAccount -> kubeconfig with its token
         self.replicas: list[ExtenderReplica] = []
-        self.separate_hosts = uts_namespaces_work()
-        self._documents: list[Json] = []
-        self._tls: TlsFiles | None = None
-        self._client: TlsFiles | None = None  # kube-scheduler's client certificate for the extender
+        self.nats = LaunchedNats(self)
+        self._launcher: Launcher | None = None
+        self._client_tls: ssl.SSLContext | None = None
+
+    @property
+    def launcher(self) -> Launcher:
+        if self._launcher is None:
+            raise RuntimeError("the control plane is not started")
+        return self._launcher
+
+    @property
+    def separate_hosts(self) -> bool:
+        return self.launcher.separate_hosts
 
     # --- start-up, in order -------------------------------------------------------------------------------
 
-    def start_plane(self) -> None:
-        """etcd, kube-apiserver, the admin kubeconfig, the deployed RBAC, a token per service account."""
+    def start_plane(self, nodes: Mapping[str, Mapping[str, str]]) -> None:
+        """etcd, kube-apiserver and the admin kubeconfig; the overlay rendered and its objects applied; NATS."""
         self.plane.start()
         self.plane.write_kubeconfig(self.config.kubeconfig)
-        self._documents = deployed(self.binaries)
-        apply(self.binaries, self.config.kubeconfig, rbac_documents(self._documents))
-        apply(self.binaries, self.config.kubeconfig, policy_documents(self._documents))
-        for account in ACCOUNTS.values():
-            token = self.plane.token(SYSTEM_NAMESPACE, account)
-            path = self.plane.workdir / f"{account}.kubeconfig"
-            self.credentials[account] = self.plane.write_token_kubeconfig(path, token)
-
-    def kubeconfig_of(self, service: str) -> str:
-        return str(self.credentials[ACCOUNTS[service]])
-
-    def node_kubeconfigs(self, nodes: Iterable[str]) -> str:
-        """One kubeconfig per node, with a token bound to that Node (its ``node-name`` claim is what the
-        hami-node-restriction policy checks, as a DaemonSet pod's projected token carries it); returns the
-        path with ``{node}`` in place of the name (:data:`NODE_PLACEHOLDER`). The Nodes must exist."""
-        account = ACCOUNTS["node"]
-        for node in nodes:
-            token = self.plane.token(SYSTEM_NAMESPACE, account, node=node)
-            self.plane.write_token_kubeconfig(self.plane.workdir / f"{account}-{node}.kubeconfig", token)
-        return str(self.plane.workdir / f"{account}-{NODE_PLACEHOLDER}.kubeconfig")
-
-    def start_extenders(self, base: ExtenderSettings, tls: TlsFiles) -> None:
-        """One ``hami-extender`` process per replica, over mutual TLS, as the scheduler pod runs it: callers
-        present a client certificate signed by ``tls``'s CA (kube-scheduler's, made here)."""
-        client = CertificateAuthority(tls.ca.parent).client("kube-scheduler-client", "hami-scheduler")
         replicas = max(self.config.scheduler_replicas, 1)
-        elect = self.separate_hosts or replicas > 1
-        if replicas > 1 and not self.separate_hosts:
+        self._launcher = Launcher(
+            self.plane,
+            self.config.workdir / "deployed",
+            nodes=nodes,
+            replicas={SCHEDULER: replicas},
+            overlay=LOCAL_OVERLAY,
+            overlay_files=local_overlay(self.config),
+            hosts=self.config.sockdir,
+            inventory=self.config.inventory_file,
+        )
+        if replicas > 1 and not self._launcher.separate_hosts:
             raise RuntimeError("two scheduler replicas need a UTS namespace each (unshare --uts), refused here")
-        for index in range(replicas):
-            identity = f"hami-scheduler-{index}"
-            port = free_port()
-            settings = dataclasses.replace(
-                base,
-                http_host="127.0.0.1",
-                http_port=port,
-                tls_cert_file=str(tls.cert),
-                tls_key_file=str(tls.key),
-                tls_client_ca_file=str(tls.ca),
-                kubeconfig=self.kubeconfig_of("scheduler"),
-                identity=identity,
-                leader_elect=elect,
-                leader_follow=elect,
-                lease_name="hami-scheduler",
-                lease_namespace=SYSTEM_NAMESPACE,
-                lease_duration=4,
-            )
-            argv = [sys.executable, "-c", _EXTENDER_MAIN, *to_argv(settings)]
-            peer = Peer(f"hami-extender-{index}", argv, self.plane.workdir / "logs" / f"hami-extender-{index}.log")
-            peer.start()
-            self.replicas.append(ExtenderReplica(index=index, identity=identity, port=port, extender=peer))
-        self._tls, self._client = tls, client
+        self.launcher.render()
+        self.launcher.apply_objects()
+        nats = self.launcher.pod_names(NATS)
+        self.launcher.start_pods(nats)
+        self.launcher.wait_ready(nats, _READY_TIMEOUT_S)
+
+    def start_control(self) -> None:
+        """The webhook, the metrics service and every scheduler pod; returns once each answers its probes."""
+        launcher = self.launcher
+        names = [*launcher.pod_names(WEBHOOK), *launcher.pod_names(METRICS), *launcher.pod_names(SCHEDULER)]
+        launcher.start_pods(names)
+        launcher.wait_ready(names, _READY_TIMEOUT_S)
+        scheduler = launcher.rendering_of(SCHEDULER)
+        extender = next(c for c in scheduler["spec"]["template"]["spec"]["containers"] if c["name"] == "extender")
+        port = int(_env_value(extender, "HAMI_HTTP_PORT"))
+        self.replicas = [
+            ExtenderReplica(index, launcher.pods[name], f"https://{launcher.pods[name].plan.address}:{port}")
+            for index, name in enumerate(launcher.pod_names(SCHEDULER))
+        ]
+        self._client_tls = self._scheduler_client_tls()
+
+    def node_plugin_dir(self, node: str) -> Path:
+        """Where the node pod's allocator serves its socket (the hostPath of deploy/): the kubelet's folder."""
+        return self._node_path(node, "allocator", "HAMI_PLUGIN_DIR")
+
+    def node_staging_dir(self, node: str) -> Path:
+        return self._node_path(node, "allocator", "HAMI_STAGING_DIR")
+
+    def _node_path(self, node: str, container: str, variable: str) -> Path:
+        plan = self.launcher.plan(f"{NODE}-{node}")
+        found = next(c for c in plan.containers if c.name == container)
+        return Path(found.env[variable])
+
+    def prepare_nodes(self, nodes: Iterable[str]) -> None:
+        """Each node's pod made (files, tokens, init container) but not started: its kubelet comes first."""
+        for node in nodes:
+            self.launcher.start_pod(f"{NODE}-{node}", start=False)
+
+    @property
+    def webhook_ca_file(self) -> Path:
+        """The CA of the webhook's serving certificate (Secret hami-webhook-tls): what the apiserver trusts."""
+        path = self.config.workdir / "deployed" / "webhook-ca.crt"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(self.launcher.secret_file("hami-webhook-tls", "ca.crt"))
+        return path
 
     def extenders_ready(self) -> bool:
         """Every extender answers /readyz and its ledger holds every node: the GPU nodes, the MIG nodes and each
@@ -152,13 +199,25 @@ class RealKube:
         wanted = len(self.config.node_names())
         return all(self.extender_state(r).get("nodes") == wanted for r in self.replicas)
 
+    def _scheduler_client_tls(self) -> ssl.SSLContext:
+        """kube-scheduler's client certificate (Secret hami-scheduler-client-tls): the extender serves no other."""
+        folder = self.config.workdir / "deployed" / "scheduler-client"
+        folder.mkdir(parents=True, exist_ok=True)
+        for key in ("tls.crt", "tls.key", "ca.crt"):
+            path = folder / key
+            path.write_bytes(self.launcher.secret_file("hami-scheduler-client-tls", key))
+            path.chmod(0o600)
+        context = ssl.create_default_context(cafile=str(folder / "ca.crt"))
+        context.check_hostname = False  # dialled by its pod's address; the CA still vouches for it
+        context.load_cert_chain(str(folder / "tls.crt"), str(folder / "tls.key"))
+        return context
+
     def extender_state(self, replica: ExtenderReplica) -> Json:
         """What the replica's /readyz says (leader, synced, nodes, ...), or {} while it does not answer."""
-        if self._tls is None or self._client is None:
+        if self._client_tls is None:
             return {}
-        context = ssl.create_default_context(cafile=str(self._tls.ca))
-        context.load_cert_chain(str(self._client.cert), str(self._client.key))
-        conn = http.client.HTTPSConnection("127.0.0.1", replica.port, context=context, timeout=5)
+        host, port = replica.url.removeprefix("https://").rsplit(":", 1)
+        conn = http.client.HTTPSConnection(host, int(port), context=self._client_tls, timeout=5)
         try:
             conn.request("GET", "/readyz")
             response = conn.getresponse()
@@ -170,11 +229,10 @@ class RealKube:
         finally:
             conn.close()
 
-    def register_webhook(self, url: str, ca_pem: bytes) -> None:
-        """The deployed MutatingWebhookConfiguration, client config switched to ``url`` + caBundle; returns
-        once the apiserver calls it (a dry-run GPU pod comes back routed to hami-scheduler)."""
-        config = webhook_configuration(self._documents, url, ca_pem)
-        apply(self.binaries, self.config.kubeconfig, [config])
+    def register_webhook(self) -> None:
+        """The rendered webhook configurations, their Services reached by address; returns once the apiserver
+        calls the webhook (a dry-run GPU pod comes back routed to hami-scheduler)."""
+        self.launcher.apply_objects(webhooks=True)
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._webhook_answers():
@@ -194,44 +252,45 @@ class RealKube:
         except ApiError as err:
             log.info("webhook not ready yet: %s", err)
             return False
-        return bool(made.get("spec", {}).get("schedulerName") == "hami-scheduler")
+        return bool(made.get("spec", {}).get("schedulerName") == SCHEDULER)
 
-    def start_schedulers(self) -> None:
-        if self._tls is None or self._client is None:
-            raise RuntimeError("start the extenders first")
-        for replica in self.replicas:
-            config = scheduler_configuration(
-                self._documents,
-                extender_url=replica.url,
-                ca_file=self._tls.ca,
-                client=self._client,
-                kubeconfig=Path(self.kubeconfig_of("scheduler")),
-            )
-            scheduler = KubeScheduler(
-                self.binaries,
-                self.plane.workdir / "scheduler",
-                config,
-                name=f"kube-scheduler-{replica.index}",
-                hostname=replica.identity if self.separate_hosts else "",
-            )
-            scheduler.start()
-            replica.scheduler = scheduler
-        # kube-scheduler calls its extender as soon as it holds the Lease; the extender leads once it has seen
-        # that (it polls the Lease), so wait for it rather than let the first pods meet "not the leader"
+    def wait_leader(self) -> None:
+        """kube-scheduler calls its extender as soon as it holds the Lease; the extender leads once it has seen
+        that (it polls the Lease), so wait for it rather than let the first pods meet "not the leader"."""
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while not any(self.extender_state(r).get("leader") for r in self.replicas):
             if time.monotonic() > deadline:
-                tails = "; ".join(r.scheduler.tail(5) for r in self.replicas if r.scheduler is not None)
+                tails = "; ".join(r.scheduler.tail(5) for r in self.replicas)
                 raise RuntimeError(f"no kube-scheduler replica took the hami-scheduler Lease: {tails}")
             time.sleep(0.1)
 
     # --- using it ------------------------------------------------------------------------------------------
 
+    @property
+    def webhook_url(self) -> str:
+        pod = self.launcher.pods[self.launcher.pod_names(WEBHOOK)[0]]
+        container = self.launcher.rendering_of(WEBHOOK)["spec"]["template"]["spec"]["containers"][0]
+        return f"https://{pod.plan.address}:{_env_value(container, 'HAMI_PORT')}"
+
+    @property
+    def metrics_url(self) -> str:
+        pod = self.launcher.pods[self.launcher.pod_names(METRICS)[0]]
+        container = self.launcher.rendering_of(METRICS)["spec"]["template"]["spec"]["containers"][0]
+        return f"http://{pod.plan.address}:{_env_value(container, 'HAMI_HTTP_PORT')}/metrics"
+
+    @property
+    def metrics_token(self) -> str:
+        """The bearer token /metrics requires (Secret hami-metrics-token), as Prometheus presents it."""
+        return self.launcher.secret_file("hami-metrics-token", "token").decode().strip()
+
+    def node_pod(self, node: str) -> LaunchedPod:
+        return self.launcher.pods[f"{NODE}-{node}"]
+
     def leader(self) -> ExtenderReplica | None:
         """The replica whose kube-scheduler holds the hami-scheduler Lease now."""
         try:
             lease = self.plane.request(
-                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/hami-scheduler"
+                "GET", f"/apis/coordination.k8s.io/v1/namespaces/{SYSTEM_NAMESPACE}/leases/{SCHEDULER}"
             )
         except ApiError:
             return None
@@ -243,13 +302,18 @@ class RealKube:
         replica.extender.kill()
         replica.extender.start()
 
+    def processes(self) -> list[tuple[str, int | None]]:
+        """Every launched container's process, by pod/container."""
+        if self._launcher is None:
+            return []
+        return [(peer.name, peer.pid) for pod in self._launcher.pods.values() for peer in pod.containers.values()]
+
     def stop_schedulers(self) -> None:
         for replica in self.replicas:
-            if replica.scheduler is not None:
-                replica.scheduler.stop()
+            replica.scheduler.stop()
 
     def close(self) -> None:
-        self.stop_schedulers()
-        for replica in self.replicas:
-            replica.extender.stop()
+        if self._launcher is not None:
+            self.stop_schedulers()
+            self._launcher.stop()
         self.plane.close()

@@ -6,7 +6,9 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-__all__ = ["Body", "FailureHook", "RunningService"]
+from hami_sim.realk8s import Peer
+
+__all__ = ["Body", "FailureHook", "ProcessService", "RunningService"]
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +57,33 @@ class RunningService:
         self._stop.set()
         await asyncio.wait({task})
         self._task = None
+
+    async def restart(self) -> None:
+        await self.stop()
+        self.start()
+
+
+class ProcessService:
+    """A launched container (hami_sim.deployed) with :class:`RunningService`'s surface: the stack starts,
+    stops and restarts it alike; an exit on its own (the launcher restarts it) counts as a failure."""
+
+    def __init__(self, name: str, peer: Peer) -> None:
+        self.name = name
+        self.peer = peer
+
+    @property
+    def running(self) -> bool:
+        return self.peer.running
+
+    @property
+    def failures(self) -> list[BaseException]:
+        return [RuntimeError(f"exited with {code}") for code in self.peer.exits]
+
+    def start(self) -> None:
+        self.peer.start()
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.peer.stop)
 
     async def restart(self) -> None:
         await self.stop()
