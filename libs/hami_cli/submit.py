@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import ssl
 import sys
 from collections.abc import Sequence
@@ -164,7 +165,8 @@ async def _usage(url: str, token_file: str = "") -> tuple[Usage | None, str]:
     if not url:
         return None, "not given: --metrics URL adds memory and cores in use"
     try:
-        headers = {"Authorization": f"Bearer {Path(token_file).read_text().strip()}"} if token_file else {}
+        token = (await asyncio.to_thread(Path(token_file).read_text)).strip() if token_file else ""
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
         async with httpx.AsyncClient(timeout=_METRICS_TIMEOUT_S) as client:
             reply = await client.get(url, headers=headers)
         reply.raise_for_status()
