@@ -144,11 +144,22 @@ def test_every_container_has_requests_and_limits_in_production(production: Rende
 
 def test_production_runs_replicas_behind_disruption_budgets(production: Rendering) -> None:
     budgets = production.of_kind("PodDisruptionBudget")
-    for name, replicas in {"hami-webhook": 3, "hami-metrics": 2}.items():
-        deployment = production.get("Deployment", name)
-        assert deployment["spec"]["replicas"] >= replicas
-        labels = deployment["spec"]["template"]["metadata"]["labels"]
-        assert any(selects(b["spec"]["selector"], labels) for b in budgets), name
+    wanted = {
+        ("Deployment", "hami-webhook"): 3,
+        ("Deployment", "hami-metrics"): 2,
+        ("Deployment", "hami-scheduler"): 2,
+        ("StatefulSet", "hami-nats"): 3,
+    }
+    for (kind, name), replicas in wanted.items():
+        workload = production.get(kind, name)
+        assert workload["spec"]["replicas"] >= replicas
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b["spec"] for b in budgets if selects(b["spec"]["selector"], labels)]
+        # a drain may always evict one pod (a budget allowing none stalls it), and never all of them
+        allowed = budget["maxUnavailable"] if "maxUnavailable" in budget else replicas - budget["minAvailable"]
+        assert 1 <= allowed < replicas, name
+        if kind == "StatefulSet":  # NATS: a JetStream quorum stays
+            assert replicas - allowed > replicas // 2, name
 
 
 # --- exposure -------------------------------------------------------------------------------------------
