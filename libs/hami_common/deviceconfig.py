@@ -4,10 +4,12 @@ The file HAMi's chart mounts at ``/device-config.yaml`` has one section per vend
 gives the resource names, the scheduler-side knobs (``defaultMemory``, ``memoryFactor``, …) and the chart-wide
 node values (``deviceSplitCount``, scaling, …); a ``nodeconfig`` list (HAMi's config.json shape, accepted at
 the top level or inside ``nvidia:``) overrides them per node. :func:`parse_device_config` is pure: text in,
-a :class:`DeviceConfig` out, or :class:`InvalidInput` naming the key that is unknown or wrong. Other vendors'
-sections are accepted and listed in ``ignored_sections`` (the caller logs them once): only NVIDIA is
-implemented. :class:`DeviceConfigSettings` is the ``--device-config-file`` flag every service inherits; a
-service's own flags, when given, win over the file.
+a :class:`DeviceConfig` out, or :class:`InvalidInput` naming the key that is unknown or wrong. The sections of
+the families registered in :mod:`hami_common.vendors.registry` (``vnpus`` for Ascend, ``cambricon``,
+``hygon``) enable those families, in ``families``; the sections of HAMi's other vendors, which this project
+does not implement (AMD, MetaX, ...), are accepted and listed in ``ignored_sections`` (the caller logs them
+once). :class:`DeviceConfigSettings` is the ``--device-config-file`` flag every service inherits; a service's
+own flags, when given, win over the file.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ from typing import Any
 
 from hami_common.annotations import GRANT_OWNED, SCHEDULER_OWNED, SCHEDULER_OWNED_LABELS, TRACE_CONTEXT
 from hami_webhook.settings import DEFAULT_SYSTEM_USERS
+from tests.deploy.families import shipped_families
 from tests.deploy.manifests import Rendering
 
 Obj = dict[str, Any]
@@ -34,7 +35,8 @@ def test_every_overlay_binds_both_policies_in_deny_mode(overlay: Rendering) -> N
 
 def test_the_guarded_keys_are_the_scheduler_owned_ones_but_the_webhooks_trace_context(overlay: Rendering) -> None:
     policy = overlay.get("ValidatingAdmissionPolicy", "hami-scheduler-owned")
-    assert _strings(_variable(policy, "annotations")) == set(GRANT_OWNED)
+    vendors = {key for shipped in shipped_families() for key in shipped.family.owned_annotations}
+    assert _strings(_variable(policy, "annotations")) == set(GRANT_OWNED) | vendors
     assert _strings(_variable(policy, "labels")) == set(SCHEDULER_OWNED_LABELS)
     assert set(GRANT_OWNED) | {TRACE_CONTEXT} == set(SCHEDULER_OWNED)
 

@@ -144,11 +144,22 @@ def test_every_container_has_requests_and_limits_in_production(production: Rende
 
 def test_production_runs_replicas_behind_disruption_budgets(production: Rendering) -> None:
     budgets = production.of_kind("PodDisruptionBudget")
-    for name, replicas in {"hami-webhook": 3, "hami-metrics": 2}.items():
-        deployment = production.get("Deployment", name)
-        assert deployment["spec"]["replicas"] >= replicas
-        labels = deployment["spec"]["template"]["metadata"]["labels"]
-        assert any(selects(b["spec"]["selector"], labels) for b in budgets), name
+    wanted = {
+        ("Deployment", "hami-webhook"): 3,
+        ("Deployment", "hami-metrics"): 2,
+        ("Deployment", "hami-scheduler"): 2,
+        ("StatefulSet", "hami-nats"): 3,
+    }
+    for (kind, name), replicas in wanted.items():
+        workload = production.get(kind, name)
+        assert workload["spec"]["replicas"] >= replicas
+        labels = workload["spec"]["template"]["metadata"]["labels"]
+        (budget,) = [b["spec"] for b in budgets if selects(b["spec"]["selector"], labels)]
+        # a drain may always evict one pod (a budget allowing none stalls it), and never all of them
+        allowed = budget["maxUnavailable"] if "maxUnavailable" in budget else replicas - budget["minAvailable"]
+        assert 1 <= allowed < replicas, name
+        if kind == "StatefulSet":  # NATS: a JetStream quorum stays
+            assert replicas - allowed > replicas // 2, name
 
 
 # --- exposure -------------------------------------------------------------------------------------------
@@ -170,14 +181,30 @@ def test_ingress_is_denied_by_default_in_the_namespace(overlay: Rendering) -> No
     assert any(p["spec"]["podSelector"] == {} and not p["spec"].get("ingress") for p in policies)
 
 
-def test_nats_admits_only_the_hami_services(overlay: Rendering) -> None:
+def _nats_ingress(overlay: Rendering) -> list[dict[str, Any]]:
+    """The ingress rules of every NetworkPolicy that selects the NATS pods."""
     nats_labels = overlay.get("StatefulSet", "hami-nats")["spec"]["template"]["metadata"]["labels"]
-    rules = [
+    return [
         rule
         for p in overlay.of_kind("NetworkPolicy")
         if p["spec"]["podSelector"] and selects(p["spec"]["podSelector"], nats_labels)
         for rule in p["spec"].get("ingress") or []
     ]
+
+
+def _nats_port(overlay: Rendering, name: str) -> int:
+    """The NATS container's port of that name (``client``: what the services connect to)."""
+    ref = overlay.container("hami-nats", "nats")
+    (port,) = [p["containerPort"] for p in ref.container.get("ports") or [] if p.get("name") == name]
+    return int(port)
+
+
+def _opens(rule: dict[str, Any], port: int) -> bool:
+    return not rule.get("ports") or any(p.get("port") == port for p in rule["ports"])
+
+
+def test_nats_admits_only_the_hami_services(overlay: Rendering) -> None:
+    rules = [rule for rule in _nats_ingress(overlay) if _opens(rule, _nats_port(overlay, "client"))]
     callers = {"hami-scheduler", "hami-webhook", "hami-node", "hami-metrics"}
     for workload, _ in overlay.pod_specs():
         labels = workload["spec"]["template"]["metadata"]["labels"]
@@ -190,6 +217,29 @@ def test_nats_admits_only_the_hami_services(overlay: Rendering) -> None:
         )
         assert admitted == (workload["metadata"]["name"] in callers), workload["metadata"]["name"]
     assert all(rule.get("from") for rule in rules), "a NATS rule without 'from' admits every pod"
+
+
+def test_the_production_nats_servers_reach_each_other_only_on_the_route_port(production: Rendering) -> None:
+    cluster = production.get("ConfigMap", "hami-nats")["data"]["cluster.conf"]
+    (listen,) = re.findall(r"listen:\s*[\d.]+:(\d+)", cluster)
+    route_port = int(listen)
+    nats_labels = production.get("StatefulSet", "hami-nats")["spec"]["template"]["metadata"]["labels"]
+
+    def from_nats(rule: dict[str, Any]) -> bool:
+        peers = rule.get("from") or []
+        return any("namespaceSelector" not in p and selects(p.get("podSelector"), nats_labels) for p in peers)
+
+    rules = _nats_ingress(production)
+    assert any(from_nats(rule) and _opens(rule, route_port) for rule in rules), "no policy admits the routes"
+    for rule in rules:
+        if from_nats(rule):
+            assert [p["port"] for p in rule.get("ports") or []] == [route_port], rule
+        if _opens(rule, route_port):
+            assert rule.get("from"), "the route port is open to every pod"
+            for workload, _ in production.pod_specs():
+                labels = workload["spec"]["template"]["metadata"]["labels"]
+                admitted = any(selects(p.get("podSelector"), labels) for p in rule["from"] if "podSelector" in p)
+                assert admitted == (labels == nats_labels), workload["metadata"]["name"]
 
 
 # --- secrets --------------------------------------------------------------------------------------------

@@ -28,6 +28,7 @@ from hami_common.inventory._migprofiles import MigCard, ProfileSpec
 
 NVML_ERROR_INVALID_ARGUMENT: Final = 2
 NVML_ERROR_NOT_SUPPORTED: Final = 3
+NVML_ERROR_NO_PERMISSION: Final = 4
 NVML_ERROR_NOT_FOUND: Final = 6
 NVML_ERROR_INSUFFICIENT_SIZE: Final = 7
 NVML_ERROR_TIMEOUT: Final = 10
@@ -104,14 +105,22 @@ class NvmlDouble:
     NVML_ERROR_NOT_FOUND: int = NVML_ERROR_NOT_FOUND
     NVML_ERROR_IN_USE: int = NVML_ERROR_IN_USE
     NVML_ERROR_INSUFFICIENT_RESOURCES: int = NVML_ERROR_INSUFFICIENT_RESOURCES
+    NVML_ERROR_NO_PERMISSION: int = NVML_ERROR_NO_PERMISSION
     c_nvmlGpuInstancePlacement_t: type[Placement] = Placement  # noqa: N815
     c_nvmlGpuInstance_t: type[ctypes.c_uint64] = ctypes.c_uint64  # noqa: N815
     c_nvmlComputeInstance_t: type[ctypes.c_uint64] = ctypes.c_uint64  # noqa: N815
     fail_compute_instance: bool = False  # the next compute instance creation fails (a create cut short)
+    # False: the process lacks CAP_SYS_ADMIN or the MIG config capability, so every MIG create and destroy
+    # is refused with NVML_ERROR_NO_PERMISSION (reading profiles and instances still works, as on a driver)
+    mig_config_permitted: bool = True
     calls: list[str] = field(default_factory=list)  # the MIG calls made, in order
     _uuids: Any = field(
         default_factory=lambda: (f"MIG-5e4f0c1a-{n:04x}-4000-8000-00000000{n:04x}" for n in itertools.count(1))
     )
+
+    def _check_mig_permission(self) -> None:
+        if not self.mig_config_permitted:
+            raise NVMLError(NVML_ERROR_NO_PERMISSION)
 
     def nvmlInit(self) -> None:  # noqa: N802
         self.initialised = True
@@ -257,6 +266,7 @@ class NvmlDouble:
 
     def nvmlDeviceCreateGpuInstanceWithPlacement(self, handle: int, profile_id: int, placement: Any) -> int:  # noqa: N802
         self.calls.append("create-gi")
+        self._check_mig_permission()
         where = getattr(placement, "_obj", placement)  # ctypes.byref(struct) or the struct itself
         spec = self._spec_by_id(handle, profile_id)
         start, size = int(where.start), int(where.size)
@@ -298,6 +308,7 @@ class NvmlDouble:
 
     def nvmlGpuInstanceCreateComputeInstance(self, gi_handle: Any, profile_id: int) -> int:  # noqa: N802
         self.calls.append("create-ci")
+        self._check_mig_permission()
         gi = self._from_gi_handle(gi_handle)
         if self.fail_compute_instance:
             self.fail_compute_instance = False
@@ -324,6 +335,7 @@ class NvmlDouble:
 
     def nvmlComputeInstanceDestroy(self, ci_handle: Any) -> int:  # noqa: N802
         self.calls.append("destroy-ci")
+        self._check_mig_permission()
         gi = self._from_gi_handle(ci_handle)
         if gi.ci is None:
             raise NVMLError(NVML_ERROR_NOT_FOUND)
@@ -332,6 +344,7 @@ class NvmlDouble:
 
     def nvmlGpuInstanceDestroy(self, gi_handle: Any) -> int:  # noqa: N802
         self.calls.append("destroy-gi")
+        self._check_mig_permission()
         gi = self._from_gi_handle(gi_handle)
         if gi.ci is not None:
             raise NVMLError(NVML_ERROR_IN_USE)  # a GPU instance with a compute instance cannot go

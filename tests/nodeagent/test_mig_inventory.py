@@ -11,7 +11,7 @@ import pytest
 from hami_common.annotations import encode_node_devices
 from hami_common.annotations.registration import MigPlacement, MigProfile
 from hami_common.deviceconfig import read_device_config
-from hami_common.errors import InvalidInput
+from hami_common.errors import InvalidInput, TransientError
 from hami_common.inventory import (
     MIG_CARDS,
     MODE_MIG,
@@ -21,6 +21,7 @@ from hami_common.inventory import (
     MigCard,
     MigControl,
     MigInstance,
+    MigNotPermitted,
     MigRefused,
     NodeDeviceConfig,
     NvmlInventory,
@@ -393,3 +394,23 @@ def test_a_gpu_instance_left_without_compute_instance_is_listed_for_reclaim() ->
     assert (left.gpu_instance_id, left.compute_instance_id, left.mig_uuid) == (made.gpu_instance_id, -1, "")
     nvml.destroy(UUID_A, left.gpu_instance_id)
     assert double.cards[0].instances == {}
+
+
+def test_nvml_without_mig_privileges_says_what_the_allocator_lacks_and_is_not_transient() -> None:
+    double = _double()
+    double.mig_config_permitted = False
+    nvml = NvmlMigControl(library=double)
+    assert nvml.profiles(UUID_A)  # reading needs no privilege: the node still registers its profiles
+    with pytest.raises(MigNotPermitted) as refused:
+        nvml.create(UUID_A, "3g.40gb", MigPlacement(start=4, size=4))
+    assert not isinstance(refused.value, TransientError)
+    assert isinstance(refused.value, MigRefused)  # callers that stop on a refusal stop on this one too
+    message = str(refused.value)
+    assert "CAP_SYS_ADMIN" in message
+    assert "NVIDIA_MIG_CONFIG_DEVICES" in message
+    assert double.cards[0].instances == {}
+    double.mig_config_permitted = True
+    made = nvml.create(UUID_A, "3g.40gb", MigPlacement(start=4, size=4))
+    double.mig_config_permitted = False
+    with pytest.raises(MigNotPermitted, match="CAP_SYS_ADMIN"):
+        nvml.destroy(UUID_A, made.gpu_instance_id)

@@ -15,7 +15,7 @@ from typing import Any
 
 from hami_common.errors import InvalidInput
 from hami_common.inventory._fake import FAKE, FakeInventory, decode_fake_inventory
-from hami_common.inventory._mig import MigControl, MigInstance, MigRefused
+from hami_common.inventory._mig import MigControl, MigInstance, MigNotPermitted, MigRefused
 from hami_common.inventory._migfake import FakeMigControl, default_state_file
 from hami_common.inventory._mignvml import NvmlMigControl
 from hami_common.inventory._migprofiles import (
@@ -70,6 +70,7 @@ __all__ = [
     "MigCard",
     "MigControl",
     "MigInstance",
+    "MigNotPermitted",
     "MigRefused",
     "NodeDeviceConfig",
     "NvmlInventory",

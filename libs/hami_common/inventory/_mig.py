@@ -36,6 +36,12 @@ class MigRefused(Exception):
     profile does not offer or one overlapping an existing instance. Not transient: retrying will not help."""
 
 
+class MigNotPermitted(MigRefused):
+    """The driver refused because this process may not configure MIG (``NVML_ERROR_NO_PERMISSION``): it lacks
+    CAP_SYS_ADMIN or the MIG config capability device. A deployment fault, not a passing one: the message
+    names what is missing, and no retry helps until the container is given it."""
+
+
 class MigControl(Protocol):
     """The MIG side of a node's GPUs."""
 

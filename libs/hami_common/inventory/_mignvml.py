@@ -10,7 +10,10 @@ Instances: a GPU instance is created at the placement the scheduler chose
 (``nvmlDeviceCreateGpuInstanceWithPlacement``) with one compute instance over all of it; the MIG device's UUID
 is found among the GPU's MIG device handles by GPU instance id. The driver refuses a placement that overlaps an
 instance (``NVML_ERROR_INSUFFICIENT_RESOURCES``): that, an unknown profile or a GPU not in MIG mode is
-:class:`MigRefused`; any other NVML failure is a :class:`TransientError`.
+:class:`MigRefused`. ``NVML_ERROR_NO_PERMISSION`` is :class:`MigNotPermitted` (a MigRefused): creating and
+destroying instances needs CAP_SYS_ADMIN and the MIG config capability device, which the deployment must give
+the allocator container (docs/deploy.md, "MIG"); retrying cannot help, so it is not transient, and its message
+says what is missing. Any other NVML failure is a :class:`TransientError`.
 
 Every call blocks; services use ``asyncio.to_thread``.
 """
@@ -26,7 +29,7 @@ from typing import Any, Final
 
 from hami_common.annotations.registration import MigPlacement, MigProfile
 from hami_common.errors import TransientError
-from hami_common.inventory._mig import MigInstance, MigRefused
+from hami_common.inventory._mig import MigInstance, MigNotPermitted, MigRefused
 from hami_common.inventory._migprofiles import profile_core, profile_name
 
 __all__ = ["NvmlMigControl", "read_mig_profiles"]
@@ -39,6 +42,13 @@ _CI_PROFILE_BY_SLICES: Final = {1: 0x0, 2: 0x1, 3: 0x2, 4: 0x3, 7: 0x4, 8: 0x5, 
 _MAX_INSTANCES: Final = 32  # room for the answer of a list call: NVML has at most 7 (8 memory slices)
 _REFUSALS: Final = ("NVML_ERROR_INVALID_ARGUMENT", "NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_INSUFFICIENT_RESOURCES",
                     "NVML_ERROR_IN_USE")  # fmt: skip
+_NO_PERMISSION: Final = "NVML_ERROR_NO_PERMISSION"
+# What NVML's MIG configuration calls need, as a deployment must grant it (deploy/kustomize/components/mig).
+_MIG_PRIVILEGES: Final = (
+    "the allocator needs CAP_SYS_ADMIN and the MIG config capability device (/dev/nvidia-caps, mounted by the "
+    "NVIDIA container runtime for NVIDIA_MIG_CONFIG_DEVICES=all) to create and destroy MIG instances; "
+    "deploy with the mig component (docs/deploy.md, MIG)"
+)
 
 
 def _text(value: Any) -> str:
@@ -131,6 +141,8 @@ class NvmlMigControl:
             return fn(*args)
         except nv.NVMLError as err:
             value = _error_value(nv, err)
+            if value is not None and value == getattr(nv, _NO_PERMISSION, None):
+                raise MigNotPermitted(f"{what}: {err}: {_MIG_PRIVILEGES}") from err
             if value is not None and value in {getattr(nv, name, None) for name in _REFUSALS}:
                 raise MigRefused(f"{what}: {err}") from err
             raise TransientError(f"{what}: {err}") from err

@@ -39,9 +39,9 @@ from hami_common.allocation import (
     pair_mig,
 )
 from hami_common.annotations import MIG_ALLOCATIONS, decode_mig_allocations
-from hami_common.errors import AnnotationError, InvalidInput, NotFound, TransientError
+from hami_common.errors import AnnotationError, HamiError, InvalidInput, NotFound, TransientError
 from hami_common.grants import GrantKey, unverified_reason
-from hami_common.inventory import MigRefused
+from hami_common.inventory import MigNotPermitted, MigRefused
 from hami_common.resources import GPU_PRIORITY
 from hami_common.staging import Claim, ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
@@ -241,9 +241,15 @@ class Allocator:
         try:
             try:
                 made = await asyncio.to_thread(mig.realise, served.pod_uid, allocation.mig)
+            except MigNotPermitted:
+                raise
             except MigRefused:
                 await self._reclaim_locked(mig)
                 made = await asyncio.to_thread(mig.realise, served.pod_uid, allocation.mig)
+        except MigNotPermitted as err:
+            # A deployment fault (the container lacks MIG privileges): INTERNAL, not UNAVAILABLE, since no retry
+            # helps until the operator grants them; the message says what is missing.
+            raise HamiError(f"pod {served.namespace}/{served.name} container {allocation.name}: {err}") from err
         except MigRefused as err:
             # Not counted as served: the annotation entry stays, and the kubelet's retry takes the fallback.
             raise TransientError(
