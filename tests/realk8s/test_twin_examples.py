@@ -17,7 +17,13 @@ import pytest
 import yaml
 
 from hami_common import envvars
-from hami_common.annotations import DEVICES_ALLOCATED, USE_GPUUUID, ContainerDevice, decode_pod_devices
+from hami_common.annotations import (
+    DEVICES_ALLOCATED,
+    USE_GPUTYPE,
+    USE_GPUUUID,
+    ContainerDevice,
+    decode_pod_devices,
+)
 from hami_common.kube import Pod
 from hami_sim.realk8s import K8sBinaries
 from hami_sim.stack import LocalCluster
@@ -170,15 +176,31 @@ async def test_every_example_applied_with_kubectl_is_placed_as_it_promises(
         assert answers.container("main").envs[envvars.memory_limit(0)] == "5000m"
         assert answers.container("main").envs[envvars.CUDA_DEVICE_SM_LIMIT] == "20"
 
-        message = await eventually(
-            lambda: failed_scheduling(cluster, "default", uids["cannot-fit"]),
-            timeout=90,
-            what="FailedScheduling of cannot-fit from kube-scheduler",
-        )
-        assert f"0/{NODES} nodes are available" in message, message
-        assert "CardInsufficientMemory" in message, message
-        stuck = await cluster.kube.get_pod("default", "cannot-fit")
-        assert stuck.status.phase == "Pending"
-        assert not stuck.spec.node_name
-        assert uids["cannot-fit"] not in cluster.admitted
+        # and the selection examples turned round (a card type no node has, a UUID no card has) are refused
+        # on every node for that reason: the annotations, not luck, placed the examples above
+        for name, key, value in (("gpu-type", USE_GPUTYPE, "V100"), ("gpu-uuid", USE_GPUUUID, gpu_uuid("x", 0))):
+            manifest = yaml.safe_load((EXAMPLES / f"{name}.yaml").read_text())
+            manifest["metadata"]["name"] = f"{name}-elsewhere"
+            manifest["metadata"]["annotations"] = {key: value}
+            path = tmp_path / f"{name}-elsewhere.yaml"
+            path.write_text(yaml.safe_dump(manifest))
+            await asyncio.to_thread(kubectl, k8s, cluster, "apply", "-f", str(path))
+            uids[f"{name}-elsewhere"] = (await cluster.kube.get_pod("default", f"{name}-elsewhere")).metadata.uid
+
+        for name, reason in (
+            ("cannot-fit", "CardInsufficientMemory"),
+            ("gpu-type-elsewhere", "CardTypeMismatch"),
+            ("gpu-uuid-elsewhere", "CardUuidMismatch"),
+        ):
+
+            async def event(uid: str = uids[name]) -> str:
+                return await failed_scheduling(cluster, "default", uid)
+
+            message = await eventually(event, timeout=90, what=f"FailedScheduling of {name} from kube-scheduler")
+            assert f"0/{NODES} nodes are available" in message, message
+            assert reason in message, message
+            stuck = await cluster.kube.get_pod("default", name)
+            assert stuck.status.phase == "Pending"
+            assert not stuck.spec.node_name
+            assert uids[name] not in cluster.admitted
         assert cluster.failures() == {}
