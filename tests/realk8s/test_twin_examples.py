@@ -34,7 +34,9 @@ from tests.realk8s.conftest import failed_scheduling, kubectl, real_config
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 FIRST = ("cores", "gpu-type", "gpu-uuid", "memory-mib", "memory-percentage", "numa-bind", "several-gpus")
+POLICIES = ("node-binpack-gpu-spread", "node-spread-gpu-binpack")
 LAST = ("init-containers", "cannot-fit")
+ELSEWHERE = ("mig",)  # test_twin_mig.py (a MIG node); examples/vendors and examples/preemption have their own
 NODES = 3  # gpu-uuid.yaml names a card of gpu-node-2
 SLOTS = 10  # the stack's split count
 FULL_CORES = 100
@@ -107,6 +109,10 @@ async def placed(cluster: LocalCluster, uids: Mapping[str, str]) -> dict[str, Po
     return {p.metadata.name: p for p in listed if p.metadata.uid in cluster.admitted}
 
 
+def test_every_nvidia_example_has_its_real_twin() -> None:
+    assert {p.stem for p in EXAMPLES.glob("*.yaml")} == {*FIRST, *POLICIES, *LAST, *ELSEWHERE}
+
+
 @pytest.mark.timeout(420)
 async def test_every_example_applied_with_kubectl_is_placed_as_it_promises(
     k8s: K8sBinaries, tmp_path: Path, sockdir: Path
@@ -148,10 +154,7 @@ async def test_every_example_applied_with_kubectl_is_placed_as_it_promises(
 
         # node-binpack-gpu-spread.yaml: the busiest node, its idlest card; node-spread-gpu-binpack.yaml: the
         # idlest node, its busiest card
-        for name, node_busiest, card_busiest in (
-            ("node-binpack-gpu-spread", True, False),
-            ("node-spread-gpu-binpack", False, True),
-        ):
+        for name, node_busiest, card_busiest in zip(POLICIES, (True, False), (False, True), strict=True):
             listed, _ = await cluster.kube.list_pods("default")
             usage = Usage(cluster, [p for p in listed if DEVICES_ALLOCATED in p.metadata.annotations])
             node_scores = {n: usage.node(n) for n in usage.cards}
