@@ -26,8 +26,7 @@ from hami_common.annotations import (
 )
 from hami_common.kube import Pod
 from hami_sim.realk8s import K8sBinaries
-from hami_sim.stack import LocalCluster
-from hami_sim.stack._config import gpu_uuid
+from hami_sim.stack import LocalCluster, gpu_uuid
 from hami_sim.stack.audit import audit as audit_cluster
 from hami_sim.waiting import eventually
 from tests.realk8s.conftest import failed_scheduling, kubectl, real_config
