@@ -21,7 +21,7 @@ from hami_sim.stack.chaos import Disruption, run_with_chaos, submit_retrying
 from hami_sim.waiting import eventually
 from tests.realk8s.conftest import failed_scheduling, real_config
 
-BATCH = 16
+BATCH = 24
 UNFIT = 2  # pods asking for more memory than any GPU has
 NODES = 3
 
