@@ -7,6 +7,7 @@ never passes without having run this tier.
 from __future__ import annotations
 
 import os
+import subprocess
 import tempfile
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -63,3 +64,23 @@ def real_config(
 async def real_cluster(k8s: K8sBinaries, tmp_path: Path, sockdir: Path) -> AsyncIterator[LocalCluster]:
     async with LocalCluster(real_config(tmp_path, sockdir)) as running:
         yield running
+
+
+def kubectl(binaries: K8sBinaries, cluster: LocalCluster, *args: str, check: bool = True) -> str:
+    """The real kubectl against the stack's kube-apiserver; stdout, or stderr when ``check`` is off and it
+    failed (what a user reads on the terminal)."""
+    done = subprocess.run(
+        [binaries["kubectl"], "--kubeconfig", str(cluster.config.kubeconfig), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    if check:
+        assert done.returncode == 0, done.stderr
+    return done.stdout if done.returncode == 0 else done.stderr
+
+
+async def failed_scheduling(cluster: LocalCluster, namespace: str, uid: str) -> str:
+    """kube-scheduler's FailedScheduling message for one pod ('' until it has written one)."""
+    events = await cluster.kube.list_events(namespace, field_selector="reason=FailedScheduling")
+    return next((e.message for e in events if e.involved_object.uid == uid), "")

@@ -15,7 +15,7 @@ from typing import Any
 from hami_common import envvars
 from hami_common.annotations import DEVICES_ALLOCATED, ContainerDevice, decode_pod_devices
 from hami_common.errors import AnnotationError
-from hami_common.kube import Pod
+from hami_common.kube import Container, Pod
 from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_MEMORY_PERCENTAGE
 from hami_sim.stack._node import Admitted
 
@@ -105,8 +105,9 @@ def usage_by_gpu(pods: Iterable[Pod]) -> dict[str, tuple[int, int, int]]:
     return usage
 
 
-def _check_container(pod: Pod, index: int, devices: Sequence[ContainerDevice], admitted: Admitted) -> list[str]:
-    container = pod.spec.containers[index]
+def _check_container(
+    pod: Pod, container: Container, devices: Sequence[ContainerDevice], admitted: Admitted
+) -> list[str]:
     where = f"{pod.metadata.namespace}/{pod.metadata.name}/{container.name}"
     if not devices:
         return []
@@ -137,8 +138,10 @@ def audit(pods: Iterable[Pod], admitted: Mapping[str, Admitted], capacity: Mappi
         report.allocated += 1
         if got.node != pod.spec.node_name:
             report.problems.append(f"{pod.metadata.name}: admitted on {got.node}, bound to {pod.spec.node_name}")
-        for index, devices in enumerate(granted[: len(pod.spec.containers)]):
-            report.problems.extend(_check_container(pod, index, devices, got))
+        # the annotation lists the init containers first, then the app containers (HAMi's order)
+        containers = (*pod.spec.init_containers, *pod.spec.containers)
+        for container, devices in zip(containers, granted, strict=False):
+            report.problems.extend(_check_container(pod, container, devices, got))
     for uuid, (mem, cores, n) in usage_by_gpu(p for p in listed if p.metadata.uid in admitted).items():
         cap = capacity.get(uuid)
         if cap is None:
