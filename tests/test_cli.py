@@ -138,6 +138,10 @@ def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(
         instances = {line.split()[-1]: line.split() for line in done.stdout.splitlines() if " MIG-" in line}
         assert instances["mig-small"][:3] == ["mig-node-0", instances["mig-small"][1], "1g.10gb"]
         assert instances["mig-large"][2] == "1g.20gb"  # 2g.20gb has the same memory and more slices
+        # the examples again (as the README's second terminal does while `make run` runs): nothing new, no error
+        again = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--dir", str(tmp_path))
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == "pod/memory-mib unchanged (already exists)"
     finally:
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
