@@ -17,6 +17,8 @@ import pytest
 
 from hami_cli.decode import DECODERS
 from hami_cli.main import COMMANDS
+from hami_cli.state import STATE_FILE
+from hami_sim.realk8s import BIN_ENV
 
 ROOT = Path(__file__).resolve().parent.parent
 HAMI = str(Path(sys.executable).parent / "hami")
@@ -51,7 +53,7 @@ def test_unknown_command_prints_usage() -> None:
 @pytest.mark.timeout(120)
 def test_up_places_the_examples_serves_metrics_and_stops_cleanly(tmp_path: Path) -> None:
     done = run(
-        "up", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2", "--metrics-port", "0",
+        "up", "--kube", "emulated", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2", "--metrics-port", "0",
         "--examples", str(EXAMPLES), "--for", "1", timeout=100,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
@@ -70,6 +72,35 @@ def test_up_places_the_examples_serves_metrics_and_stops_cleanly(tmp_path: Path)
     assert kubeconfig["clusters"][0]["cluster"]["server"].startswith("http://127.0.0.1:")
 
 
+def test_up_without_the_real_peers_runs_the_emulator_and_says_how_to_build_them(tmp_path: Path) -> None:
+    env = {**os.environ, BIN_ENV: str(tmp_path / "not-built")}
+    done = subprocess.run(
+        [HAMI, "up", "--workdir", str(tmp_path / "run"), "--nodes", "1", "--gpus", "1", "--mig-nodes", "0",
+         "--metrics-port", "0", "--no-examples", "--for", "0.1"],
+        capture_output=True, text=True, env=env, timeout=100, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    said = [line for line in done.stdout.splitlines() if "make k8s" in line]
+    assert len(said) == 1, done.stdout
+    assert "emulator" in said[0]
+    assert "emulated Kubernetes" in done.stdout
+    assert "Kubernetes:  http://127.0.0.1:" in done.stdout  # the emulator speaks plain HTTP, kube-apiserver TLS
+
+
+def test_up_kube_real_without_the_real_peers_says_so_in_one_line_and_fails(tmp_path: Path) -> None:
+    env = {**os.environ, BIN_ENV: str(tmp_path / "not-built")}
+    done = subprocess.run(
+        [HAMI, "up", "--kube", "real", "--workdir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode != 0
+    lines = (done.stdout + done.stderr).strip().splitlines()
+    assert len(lines) == 1, lines
+    assert "--kube real" in lines[0]
+    assert "make k8s" in lines[0]
+    assert not (tmp_path / "run" / STATE_FILE).exists()  # nothing started, so nothing for `hami status` to find
+
+
 def test_submit_without_a_running_stack_says_so(tmp_path: Path) -> None:
     done = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--dir", str(tmp_path))
     assert done.returncode == 1
@@ -85,8 +116,8 @@ def test_status_without_a_running_stack_says_so(tmp_path: Path) -> None:
 @pytest.mark.timeout(150)
 def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(tmp_path: Path) -> None:
     up = subprocess.Popen(
-        [HAMI, "up", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2", "--metrics-port", "0",
-         "--examples", str(EXAMPLES), "--for", "120"],
+        [HAMI, "up", "--kube", "emulated", "--workdir", str(tmp_path), "--nodes", "2", "--gpus", "2",
+         "--metrics-port", "0", "--examples", str(EXAMPLES), "--for", "120"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
@@ -107,6 +138,10 @@ def test_status_from_another_terminal_shows_placements_and_why_a_pod_is_pending(
         instances = {line.split()[-1]: line.split() for line in done.stdout.splitlines() if " MIG-" in line}
         assert instances["mig-small"][:3] == ["mig-node-0", instances["mig-small"][1], "1g.10gb"]
         assert instances["mig-large"][2] == "1g.20gb"  # 2g.20gb has the same memory and more slices
+        # the examples again (as the README's second terminal does while `make run` runs): nothing new, no error
+        again = run("submit", "-f", str(EXAMPLES / "memory-mib.yaml"), "--dir", str(tmp_path))
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == "pod/memory-mib unchanged (already exists)"
     finally:
         up.send_signal(signal.SIGINT)
         out, _ = up.communicate(timeout=60)
@@ -214,7 +249,7 @@ def test_status_and_submit_pick_the_run_or_ask_which(tmp_path: Path) -> None:
 def _start_up(workdir: Path | None, *extra: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     flags = ["--workdir", str(workdir)] if workdir else []
     return subprocess.Popen(
-        [HAMI, "up", *flags, "--nodes", "2", "--gpus", "2", "--metrics-port", "0", *extra],
+        [HAMI, "up", "--kube", "emulated", *flags, "--nodes", "2", "--gpus", "2", "--metrics-port", "0", *extra],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True, env=env,
     )  # fmt: skip
 

@@ -83,6 +83,17 @@ async def _create(api: httpx.AsyncClient, rt: ResourceType, doc: Json) -> str:
     return "created"
 
 
+async def _exists(api: httpx.AsyncClient, pod: Json) -> bool:
+    meta = pod.get("metadata") or {}
+    if not meta.get("name"):
+        return False  # generateName: always a new pod
+    path = f"/api/v1/namespaces/{meta.get('namespace') or 'default'}/pods/{meta['name']}"
+    try:
+        return (await api.get(path)).status_code == httpx.codes.OK
+    except httpx.HTTPError as err:
+        raise HamiError(f"apiserver unreachable: {err}") from err
+
+
 async def _submit(workdir: Path | None, files: list[Path]) -> int:
     where, state = pick_running(workdir)
     docs = sorted(read_documents(files), key=_order)
@@ -100,7 +111,10 @@ async def _submit(workdir: Path | None, files: list[Path]) -> int:
                 kind, version = str(doc.get("kind") or ""), str(doc.get("apiVersion") or "")
                 rt = kinds.get((version, kind))
                 try:
-                    if kind == "Pod" and version == "v1":  # through the webhook, as the apiserver would
+                    if kind == "Pod" and version == "v1" and await _exists(api, doc):
+                        # as for every other kind: submitting the examples again (README) is no error
+                        outcome = "unchanged (already exists)"
+                    elif kind == "Pod" and version == "v1":  # through the webhook, as the apiserver would
                         await admitter.create(doc)
                         outcome = "created"
                     elif rt is None or kind in _STACK_OWNED:

@@ -1,10 +1,10 @@
 """``hami up``: the whole system on one machine, in this process, until Ctrl-C (or ``--for`` seconds).
 
-It starts a real ``nats-server``, the Kubernetes API emulator, the webhook (HTTPS), the extender, the
-metrics service and N simulated GPU nodes (node agent, allocator, kubelet emulator), plus a stand-in for
-kube-scheduler; submits the example pods through the webhook; and prints where they landed, the metrics
-URL, a trace summary and the kubeconfig of the emulated cluster. Service logs go to ``hami-up.log``.
-"""
+It starts a real ``nats-server`` (or three), the Kubernetes control plane, the webhook (HTTPS), the extender,
+the metrics service and N simulated GPU nodes (node agent, allocator, kubelet emulator); submits the example
+pods; and prints where they landed, the metrics URL, a trace summary and the cluster's kubeconfig. Service
+logs go to ``hami-up.log``. The control plane is the real etcd, kube-apiserver and kube-scheduler when
+``make k8s`` has built them, otherwise the Kubernetes API emulator and a scheduler stand-in (it says so)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ from hami_common.inventory import NVIDIA_VENDOR
 from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import OTEL_ENDPOINT, OTEL_TRACES_ENDPOINT, setup_tracing
 from hami_common.vendors.plugin import fake_vendors
+from hami_sim.realk8s import BinariesMissing, find_binaries
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
@@ -52,6 +53,9 @@ EXIT_STUCK: Final = 70  # EX_SOFTWARE: stopped, but a task ignored its cancellat
 HAMI: Final = "`./hami"  # how the README runs it from the checkout
 SETTLE_S: Final = 30.0  # how long the demo waits for its examples to land before printing
 VENDOR_EXAMPLES: Final = "vendors"  # <examples>/vendors/<vendor>.yaml: submitted only with --vendors naming it
+EMULATED: Final = "emulated"
+REAL: Final = "real"
+EXIT_NO_K8S: Final = 69  # EX_UNAVAILABLE: --kube real, but the real peers are not built
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -83,13 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--metrics-port", type=int, default=METRICS_PORT, help="0: any free port")
     parser.add_argument(
         "--kube",
-        choices=("emulated", "real"),
-        default="emulated",
-        help="emulated: the API emulator and a scheduler stand-in; real: etcd, kube-apiserver and kube-scheduler "
-        "built by `make k8s`",
+        choices=(EMULATED, REAL),
+        help="real: etcd, kube-apiserver and kube-scheduler built by `make k8s`; emulated: the API emulator and a "
+        "scheduler stand-in (default: real when the binaries are built, else emulated, saying so)",
     )
     parser.add_argument(
         "--scheduler-replicas", type=int, default=1, help="real: kube-scheduler + extender pairs (one leads)"
+    )
+    parser.add_argument(
+        "--nats-servers",
+        type=int,
+        default=1,
+        help="1: one nats-server; 3: a JetStream cluster on loopback with the placement stream on every server",
     )
     parser.add_argument("--for", dest="duration", type=float, help="stop by itself after this many seconds")
     return parser
@@ -229,6 +238,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         vendor_devices_per_node=args.vendor_devices,
         kube=args.kube,
         scheduler_replicas=args.scheduler_replicas,
+        nats_servers=args.nats_servers,
     )
     try:
         cluster = LocalCluster(StackConfig(**{**_fields(config), "metrics_port": args.metrics_port}))
@@ -340,8 +350,27 @@ def _shutdown_tracing(provider: TracerProvider) -> None:
         print(f"  {endpoint} did not take them in time; the rest are dropped", flush=True)
 
 
+def _choose_kube(asked: str | None) -> str | None:
+    """Which control plane runs: the real one whenever its binaries are built, unless ``--kube`` says; None
+    (after one line saying why) when ``--kube real`` is asked for without them."""
+    try:
+        find_binaries()
+    except BinariesMissing as err:
+        if asked == REAL:
+            print(f"hami up: --kube real needs the real Kubernetes peers: {err}", flush=True)
+            return None
+        if asked is None:
+            print(f"hami up: on the Kubernetes API emulator, as the real peers are missing: {err}", flush=True)
+        return EMULATED
+    return asked or REAL
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    kube = _choose_kube(args.kube)
+    if kube is None:
+        return EXIT_NO_K8S
+    args.kube = kube
     if args.workdir is None:
         args.workdir = run_workdir()
     else:
@@ -357,7 +386,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     _log_to(args.workdir / "hami-up.log")
     exporter = InMemorySpanExporter()
     provider = setup_tracing("hami-up", extra_processor=SimpleSpanProcessor(exporter))
-    print(f"hami up: {args.nodes} nodes × {args.gpus} GPUs (work directory {args.workdir})", flush=True)
+    print(
+        f"hami up: {args.nodes} nodes × {args.gpus} GPUs, {kube} Kubernetes (work directory {args.workdir})", flush=True
+    )
     try:
         run_loop(_up(args, exporter))
     finally:
