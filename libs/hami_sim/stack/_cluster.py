@@ -4,8 +4,11 @@
 Kubernetes API emulator (child processes), the Node objects, the webhook (HTTPS, behind the stack's own
 CA), the extender and the metrics service (HTTP on loopback, in this process), every node (kubelet
 emulator, node agent, allocator; in this process or in ``config.node_hosts`` child processes), and the
-kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
-webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
+kube-scheduler stand-in pointed at the extender. The emulator gets the deployed
+MutatingWebhookConfiguration (rendered from deploy/, pointed at the loopback webhook) and calls it as
+kube-apiserver does; the stand-in reads the deployed extender's ``managedResources``. ``submit`` is a plain
+create, so a pod takes the path it takes on a cluster (``kubectl apply`` too). Each service can be restarted
+on its own (chaos).
 
 With ``config.kube == "real"`` the emulated peers give way to real ones (``_realkube``): etcd and
 kube-apiserver, which call the webhook themselves, and kube-scheduler replicas, each with its own
@@ -27,6 +30,8 @@ from typing import Any, Final, Self
 from hami_common.bus import EmbeddedNats, NatsCluster
 from hami_common.inventory import default_state_file
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
+from hami_common.resources import GPU
+from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_common.tracing import service_scope
 from hami_extender.app import create_app as create_extender
 from hami_extender.ledger import Ledger
@@ -34,7 +39,7 @@ from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiProcess
-from hami_sim.realk8s import ControlPlane
+from hami_sim.realk8s import ControlPlane, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
@@ -104,6 +109,7 @@ class LocalCluster:
         self.pod_watch: RunningService | None = None
         self._kube: KubeClient | None = None
         self._admitter: Admitter | None = None
+        self._documents: list[Json] = []  # deploy/kustomize/base as rendered (the emulated stack's wiring)
 
     # --- addresses ------------------------------------------------------------------------------------
 
@@ -189,7 +195,12 @@ class LocalCluster:
             await serve_app(create_metrics(settings), self._metrics_port.socket(), stop)
 
     async def _run_scheduler(self, stop: asyncio.Event) -> None:
-        driver = SchedulerDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
+        driver = SchedulerDriver(
+            self.kube,
+            self.extender_url,
+            retry_after=self.config.retry_after,
+            managed=managed_resources(self._documents),
+        )
         self.driver = driver
         async with asyncio.TaskGroup() as tg:
             running = tg.create_task(driver.run(), name="scheduler")
@@ -282,6 +293,7 @@ class LocalCluster:
             stack.callback(self.api.close)
             await asyncio.to_thread(self.api.start)
             self.api.write_kubeconfig(self.config.kubeconfig)
+            self._documents = await asyncio.to_thread(deployed)
         await asyncio.to_thread(self._seed_nodes)
         self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
         tasks = await stack.enter_async_context(asyncio.TaskGroup())
@@ -318,26 +330,30 @@ class LocalCluster:
         progress("device plugins registered; waiting for the nodes' GPU registration")
         await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
         if real is not None:
-            self._admitter = Admitter(
-                self.webhook_url, str(self.tls.ca), self.api.url, api_tls=real.plane.client_tls(), review=False
-            )
+            self._admitter = Admitter(self.api.url, api_tls=real.plane.client_tls())
             stack.push_async_callback(self._admitter.close)
             progress("registering the webhook with kube-apiserver; starting kube-scheduler")
-            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
             await asyncio.to_thread(real.register_webhook, self.webhook_url, self.tls.ca.read_bytes())
             await asyncio.to_thread(real.start_schedulers)
         else:
             self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
             self.scheduler.start()
-            self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
+            self._admitter = Admitter(self.api.url)
             stack.push_async_callback(self._admitter.close)
-            await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
+            progress("registering the webhook with the API emulator")
+            # the deployed configuration, as _realkube registers it with kube-apiserver: the emulator calls it
+            config = webhook_configuration(self._documents, self.webhook_url, self.tls.ca.read_bytes())
+            await asyncio.to_thread(
+                self.api.create, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", None, config
+            )
+            await eventually(self._webhook_routes, timeout=_READY_TIMEOUT_S, what="the emulator calls the webhook")
         progress("ready")
         return self
 
-    async def _webhook_ready(self) -> bool:
+    async def _webhook_routes(self) -> bool:
+        """A dry-run GPU pod comes back routed to hami-scheduler: the apiserver calls the webhook, which answers."""
         assert self._admitter is not None
-        return await self._admitter.ready()
+        return await self._admitter.routes_to(DEFAULT_SCHEDULER_NAME, GPU)
 
     def ledger(self) -> Ledger | None:
         ledger = self._extender_state.get("ledger")
@@ -391,7 +407,8 @@ class LocalCluster:
     # --- using it -------------------------------------------------------------------------------------
 
     async def submit(self, pod: Json) -> Json:
-        """Admit ``pod`` through the webhook and create it; returns the stored pod."""
+        """Create ``pod`` as a user does (the apiserver calls the webhook); returns the stored pod. A pod the
+        webhook refuses raises AdmissionDenied with the apiserver's message."""
         if self._admitter is None:
             raise RuntimeError("the cluster is not started")
         started = time.monotonic()
