@@ -260,7 +260,9 @@ class Api:
         kube-apiserver calls those with ``sideEffects: None``)."""
         if self.webhooks.wanted(target.rt):
             view = admission_view(target.rt, body, target.namespace)
-            body = await self.webhooks.admit_create(target.rt, target.namespace, view, _caller(request))
+            body = await self.webhooks.admit_create(
+                target.rt, target.namespace, view, _caller(request), dry_run=dry_run
+            )
         if dry_run:
             return self.store.dry_create(target.rt, target.namespace, body)
         return self.store.create(target.rt, target.namespace, body)
