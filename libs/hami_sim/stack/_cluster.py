@@ -27,10 +27,12 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Self
 
+import msgspec
+
 from hami_common.bus import EmbeddedNats, NatsCluster
 from hami_common.inventory import default_state_file
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
-from hami_common.resources import GPU
+from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_MEMORY_PERCENTAGE, GPU_PRIORITY
 from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_common.tracing import service_scope
 from hami_extender.app import create_app as create_extender
@@ -39,7 +41,7 @@ from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiProcess
-from hami_sim.realk8s import ControlPlane, deployed, managed_resources, webhook_configuration
+from hami_sim.realk8s import ControlPlane, ManagedResource, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
@@ -199,13 +201,27 @@ class LocalCluster:
             self.kube,
             self.extender_url,
             retry_after=self.config.retry_after,
-            managed=managed_resources(self._documents),
+            managed=self._managed(),
         )
         self.driver = driver
         async with asyncio.TaskGroup() as tg:
             running = tg.create_task(driver.run(), name="scheduler")
             await stop.wait()
             running.cancel()
+
+    def _managed(self) -> tuple[ManagedResource, ...]:
+        """The deployed extender's managedResources, NVIDIA's names as the stack's device config spells them:
+        HAMi's chart renders both from one set of values, so a renamed resource is renamed in both."""
+        names = self.config.device_config().resources
+        renamed = {
+            GPU: names.count_name,
+            GPU_MEMORY: names.memory_name,
+            GPU_MEMORY_PERCENTAGE: names.memory_percentage_name,
+            GPU_CORES: names.core_name,
+            GPU_PRIORITY: names.priority_name,
+        }
+        deployed_ones = managed_resources(self._documents)
+        return tuple(msgspec.structs.replace(r, name=renamed.get(r.name, r.name)) for r in deployed_ones)
 
     async def _run_pod_watch(self, stop: asyncio.Event) -> None:
         """The kubelets' view of the pods: one watch for every node, handing each bound pod to its node."""
@@ -353,7 +369,7 @@ class LocalCluster:
     async def _webhook_routes(self) -> bool:
         """A dry-run GPU pod comes back routed to hami-scheduler: the apiserver calls the webhook, which answers."""
         assert self._admitter is not None
-        return await self._admitter.routes_to(DEFAULT_SCHEDULER_NAME, GPU)
+        return await self._admitter.routes_to(DEFAULT_SCHEDULER_NAME, self.config.gpu_resource)
 
     def ledger(self) -> Ledger | None:
         ledger = self._extender_state.get("ledger")
