@@ -9,6 +9,14 @@ with the reasons (or the error) and tries again after a per-pod backoff that dou
 kube-scheduler's backoff queue does (podInitialBackoffSeconds, podMaxBackoffSeconds); an update of the pod
 does not cut the backoff short. So a pod that can never be placed costs a bounded number of calls, Events
 (which the recorder aggregates) and log lines per minute.
+
+Before the extender, the driver filters nodes as kube-scheduler's NodeResourcesFit plugin does: the pod's
+requests (containers summed, init containers at their largest; a request defaults to its limit) against
+each node's allocatable less what the pods bound there (or assumed) request, for every resource but those
+an extender manages with ``ignoredByScheduler: true``; a node short of one gets ``Insufficient <resource>``.
+As kube-scheduler with ``managedResources`` (k8s-interfaces §2.3), the extender is asked only about pods
+whose containers or init containers name a managed resource (all pods when none is configured); any other
+pod is placed on the first node that fits and bound through the API, as the default binder does.
 """
 
 from __future__ import annotations
@@ -16,15 +24,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from http import HTTPStatus
 from typing import Final, TypeVar
 
 import msgspec
 
+from hami_common.errors import HamiError, InvalidInput
 from hami_common.kube import (
     Change,
+    Container,
     EventRecorder,
     KubeClient,
     Node,
@@ -34,11 +45,21 @@ from hami_common.kube import (
     pod_source,
     reference_to,
 )
+from hami_common.quantity import parse_quantity
 from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_sim.http import HttpClient, HttpError
+from hami_sim.realk8s import ManagedResource
 from hami_sim.tls import TlsFiles
 
-__all__ = ["FAILED_SCHEDULING", "ExtenderArgs", "FilterResult", "SchedulerDriver", "Verdict"]
+__all__ = [
+    "FAILED_SCHEDULING",
+    "ExtenderArgs",
+    "FilterResult",
+    "SchedulerDriver",
+    "Verdict",
+    "insufficient",
+    "pod_requests",
+]
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -51,6 +72,9 @@ FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler
 _HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
 INITIAL_BACKOFF_S: Final = 1.0  # kube-scheduler's podInitialBackoffSeconds
 MAX_BACKOFF_S: Final = 10.0  # kube-scheduler's podMaxBackoffSeconds
+PODS: Final = "pods"  # the allocatable count of pods a node takes (NodeResourcesFit: "Too many pods")
+TOO_MANY_PODS: Final = "Too many pods"
+_TERMINAL: Final = frozenset({"Succeeded", "Failed"})  # pods that no longer hold what they requested
 
 
 class ExtenderArgs(msgspec.Struct, frozen=True):
@@ -86,6 +110,47 @@ class Verdict:
     error: str = ""  # the extender's or transport's error, retried
 
 
+def _container_requests(container: Container) -> dict[str, Fraction]:
+    """What a container requests: its requests, a limit standing in where the request is missing (the
+    apiserver defaults requests to limits)."""
+    wanted = {**container.resources.limits, **container.resources.requests}
+    found: dict[str, Fraction] = {}
+    for name, text in wanted.items():
+        try:
+            found[name] = parse_quantity(text)
+        except InvalidInput:
+            continue  # the apiserver refuses such a pod; nothing to count
+    return found
+
+
+def pod_requests(pod: Pod) -> dict[str, Fraction]:
+    """The pod's effective requests as kube-scheduler computes them: the containers' sum, or the largest
+    init container's where that is more (init containers run one at a time, before the others)."""
+    total: dict[str, Fraction] = {}
+    for container in pod.spec.containers:
+        for name, amount in _container_requests(container).items():
+            total[name] = total.get(name, Fraction(0)) + amount
+    for container in pod.spec.init_containers:
+        for name, amount in _container_requests(container).items():
+            total[name] = max(total.get(name, Fraction(0)), amount)
+    return {name: amount for name, amount in total.items() if amount > 0}
+
+
+def insufficient(
+    wanted: Mapping[str, Fraction], node: Node, used: Mapping[str, Fraction], pods_on_node: int
+) -> list[str]:
+    """NodeResourcesFit's reasons why ``node`` cannot take a pod requesting ``wanted`` (empty: it fits)."""
+    allocatable = node.status.allocatable
+    reasons = []
+    if PODS in allocatable and pods_on_node + 1 > parse_quantity(allocatable[PODS]):
+        reasons.append(TOO_MANY_PODS)
+    for name, amount in sorted(wanted.items()):
+        free = parse_quantity(allocatable.get(name, "0")) - used.get(name, Fraction(0))
+        if amount > free:
+            reasons.append(f"Insufficient {name}")
+    return reasons
+
+
 def unschedulable_message(reasons: Mapping[str, str], total: int) -> str:
     """kube-scheduler's wording: ``0/N nodes are available: <reason per node>``."""
     detail = ", ".join(f"{node}: {why}" for node, why in sorted(reasons.items()))
@@ -106,8 +171,12 @@ class SchedulerDriver:
         headers: Mapping[str, str] | None = None,
         verify: bool | str = True,
         client_cert: TlsFiles | None = None,
+        managed: Sequence[ManagedResource] = (),
     ) -> None:
+        """``managed``: the extender's ``managedResources`` (none: it is asked about every pod)."""
         self.kube = kube
+        self.managed = frozenset(r.name for r in managed)
+        self.unchecked = frozenset(r.name for r in managed if r.ignored_by_scheduler)
         self.scheduler_name = scheduler_name
         self.retry_after = retry_after  # the first backoff; each failed attempt of the same pod doubles it
         self.max_backoff = max(max_backoff, retry_after)
@@ -133,6 +202,7 @@ class SchedulerDriver:
         # Pods with a node chosen and a bind in flight, as kube-scheduler's cache "assumes" them: the watch
         # events their own cycle causes (the extender's annotation patch) must not schedule them again.
         self.assumed: set[str] = set()
+        self._assumed_on: dict[str, tuple[str, dict[str, Fraction]]] = {}  # uid -> node, requests (counted)
 
     def _is_ours_and_pending(self, pod: Pod) -> bool:
         return (
@@ -156,6 +226,7 @@ class SchedulerDriver:
         if change.type == "DELETED" or change.obj.spec.node_name:
             uid = change.obj.metadata.uid
             self.assumed.discard(uid)  # bound or gone: nothing more to remember
+            self._assumed_on.pop(uid, None)
             self.attempts.pop(uid, None)
             self._backoff_until.pop(uid, None)
         if change.type != "DELETED":
@@ -205,12 +276,62 @@ class SchedulerDriver:
             self._backoff_until.pop(pod.metadata.uid, None)
             self._enqueue(pod, backoff_done=True)
 
+    def interested(self, pod: Pod) -> bool:
+        """Whether the extender is asked about ``pod``: kube-scheduler's ``IsInterested`` (a container or an
+        init container names a managed resource in its requests or limits; every pod when none is managed)."""
+        if not self.managed:
+            return True
+        containers: Iterable[Container] = (*pod.spec.containers, *pod.spec.init_containers)
+        return any(
+            name in self.managed
+            for c in containers
+            for name in (*c.resources.limits, *c.resources.requests)
+        )  # fmt: skip
+
+    def _fit(self, pod: Pod, nodes: Sequence[Node]) -> tuple[list[str], dict[str, str]]:
+        """NodeResourcesFit over ``nodes``: the names that fit, and why each other one does not."""
+        wanted = {k: v for k, v in pod_requests(pod).items() if k not in self.unchecked}
+        used: dict[str, dict[str, Fraction]] = {}
+        count: dict[str, int] = {}
+
+        def charge(node: str, requests: Mapping[str, Fraction]) -> None:
+            count[node] = count.get(node, 0) + 1
+            held = used.setdefault(node, {})
+            for name, amount in requests.items():
+                held[name] = held.get(name, Fraction(0)) + amount
+
+        for other in self._pods.items():
+            node = other.spec.node_name
+            if node and other.status.phase not in _TERMINAL and other.metadata.uid not in self._assumed_on:
+                charge(node, pod_requests(other))
+        for node, requests in self._assumed_on.values():
+            charge(node, requests)
+        fits: list[str] = []
+        misfits: dict[str, str] = {}
+        for node_obj in nodes:
+            name = node_obj.metadata.name
+            reasons = insufficient(wanted, node_obj, used.get(name, {}), count.get(name, 0))
+            if reasons:
+                misfits[name] = ", ".join(reasons)
+            else:
+                fits.append(name)
+        return fits, misfits
+
     async def schedule_one(self, pod: Pod) -> Verdict:
         """One scheduling cycle: filter, then bind in the background; returns the filter's verdict."""
-        names = sorted(node.metadata.name for node in self._nodes.items() if _schedulable(node))
-        if not names:  # kube-scheduler calls no extender when no node is left to offer
+        nodes = sorted((n for n in self._nodes.items() if _schedulable(n)), key=lambda n: n.metadata.name)
+        if not nodes:  # kube-scheduler calls no extender when no node is left to offer
             await self._events.record(reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING, NO_NODES)
             return self._record(pod, Verdict(error=NO_NODES))
+        names, misfits = self._fit(pod, nodes)
+        if not names:  # its own filters left no node: the extender is not asked
+            verdict = self._record(pod, Verdict(reasons=misfits))
+            await self._events.record(
+                reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING, unschedulable_message(misfits, len(nodes))
+            )
+            return verdict
+        if not self.interested(pod):
+            return self._assume(pod, names[0], by_extender=False)
         args = ExtenderArgs(Pod=msgspec.Raw(msgspec.json.encode(pod)), NodeNames=names)
         try:
             answer = await self._post(FILTER_PATH, args, FilterResult)
@@ -222,31 +343,40 @@ class SchedulerDriver:
             await self._events.record(reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING, answer.Error)
             return self._record(pod, Verdict(error=answer.Error))
         if not answer.NodeNames:
-            reasons = {**(answer.FailedNodes or {}), **(answer.FailedAndUnresolvableNodes or {})}
+            reasons = {**misfits, **(answer.FailedNodes or {}), **(answer.FailedAndUnresolvableNodes or {})}
             verdict = self._record(pod, Verdict(reasons=reasons))
             await self._events.record(
                 reference_to(pod, "Pod"), "Warning", FAILED_SCHEDULING,
-                unschedulable_message(reasons, len(names)),
+                unschedulable_message(reasons, len(nodes)),
             )  # fmt: skip
             return verdict
-        node = answer.NodeNames[0]
+        return self._assume(pod, answer.NodeNames[0], by_extender=True)
+
+    def _assume(self, pod: Pod, node: str, *, by_extender: bool) -> Verdict:
+        """Count the pod on ``node`` from now on (as kube-scheduler's cache assumes it) and bind it in the
+        background: through the extender, its binder, or through the API as the default binder does."""
         self.assumed.add(pod.metadata.uid)
-        task = asyncio.create_task(self._bind(pod, node))
+        self._assumed_on[pod.metadata.uid] = (node, pod_requests(pod))
+        task = asyncio.create_task(self._bind(pod, node, by_extender=by_extender))
         self._binds.add(task)
         task.add_done_callback(self._binds.discard)
         return Verdict(node=node)
 
-    async def _bind(self, pod: Pod, node: str) -> None:
+    async def _bind(self, pod: Pod, node: str, *, by_extender: bool = True) -> None:
         meta = pod.metadata
         args = BindingArgs(PodName=meta.name, PodNamespace=meta.namespace, PodUID=meta.uid, Node=node)
+        error = ""
         try:
-            answer = await self._post(BIND_PATH, args, BindingResult)
-            error = answer.Error
-        except (HttpError, msgspec.DecodeError) as err:
+            if by_extender:
+                error = (await self._post(BIND_PATH, args, BindingResult)).Error
+            else:
+                await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid)
+        except (HttpError, msgspec.DecodeError, HamiError) as err:
             error = f"bind: {err}"
         if error:
             log.info("binding %s/%s to %s failed, will retry: %s", meta.namespace, meta.name, node, error)
             self.assumed.discard(meta.uid)
+            self._assumed_on.pop(meta.uid, None)
             self._record(pod, Verdict(error=error))
             self._back_off(pod)
             return

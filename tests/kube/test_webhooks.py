@@ -118,6 +118,30 @@ def test_an_invalid_configuration_is_422(emulator: KubeApiEmulator, hook: HookSe
 # --- calls on pod create -------------------------------------------------------------------------------------
 
 
+def test_a_dry_run_create_is_admitted_with_dry_run_set_and_stores_nothing(
+    emulator: KubeApiEmulator, core: Any, registered: HookServer
+) -> None:
+    """How a stack asks whether admission is wired (kube-apiserver's ``dryRun=All``): the webhook is called,
+    told it is a dry run (so it has no side effects), and its mutation comes back; nothing is stored."""
+    pod = moded("dry", "patch")
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": 1}}  # a number, as YAML has it
+    answer = httpx.post(f"{emulator.url}/api/v1/namespaces/default/pods?dryRun=All", json=pod)
+    assert answer.status_code == 201, answer.text
+    made = answer.json()
+    assert made["spec"]["schedulerName"] == "hami-scheduler"
+    assert made["metadata"]["annotations"] == {MUTATED: "yes"}
+    ((_, review),) = registered.seen
+    assert review["request"]["dryRun"] is True
+    # the webhook sees the object as decoded: quantities are strings
+    assert review["request"]["object"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/gpu": "1"}
+    assert [p.metadata.name for p in core.list_namespaced_pod("default").items] == []
+
+
+def test_a_dry_run_is_refused_where_it_is_not_a_create(emulator: KubeApiEmulator) -> None:
+    answer = httpx.get(f"{emulator.url}/api/v1/namespaces/default/pods?dryRun=All")
+    assert answer.status_code == 400
+
+
 def test_a_matching_webhook_gets_an_admission_review_and_its_patch_is_applied(
     core: Any, registered: HookServer
 ) -> None:

@@ -271,10 +271,6 @@ KNOWN: Final[dict[tuple[str, str], Known]] = {
         "until its kubelet confirms; the emulator, which has no kubelet, marks it and removes it at once",
         lambda real, emulated: real == 200 and emulated == 404,
     ),
-    (_KNOWN_SCENARIO, "dryRun create"): Known(
-        "dryRun is refused with 400 BadRequest",
-        lambda real, emulated: real == 201 and emulated == 400,
-    ),
     (_KNOWN_SCENARIO, "server-side apply"): Known(
         "server-side apply is refused with 415 UnsupportedMediaType",
         lambda real, emulated: real == 201 and emulated == 415,

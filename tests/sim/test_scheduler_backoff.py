@@ -14,9 +14,7 @@ import pytest
 from hami_common.kube import KubeClient
 from hami_sim.scheduler import FAILED_SCHEDULING, INITIAL_BACKOFF_S, MAX_BACKOFF_S, SchedulerDriver
 from hami_sim.waiting import eventually
-from tests.sim.test_scheduler_driver import ToyExtender, core, create_node, create_pod, emulator, kube, serve
-
-__all__ = ["core", "emulator", "kube"]  # fixtures
+from tests.sim.test_scheduler_driver import ToyExtender, create_node, create_pod, serve
 
 
 async def start(

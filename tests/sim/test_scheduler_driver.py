@@ -4,18 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any
 
 import msgspec
 import pytest
 import uvicorn
 from fastapi import FastAPI, Request, Response
-from kubernetes import client, config
+from kubernetes import client
 
-from hami_common.kube import KubeClient, KubeSettings
-from hami_sim.kubeapi import KubeApiEmulator
+from hami_common.kube import KubeClient
 from hami_sim.net import listening_socket
 from hami_sim.scheduler import SchedulerDriver
 from hami_sim.waiting import eventually
@@ -61,28 +59,6 @@ class ToyExtender:
             _preload_content=False,
         )  # fmt: skip
         return Response(b'{"Error":""}', media_type="application/json")
-
-
-@pytest.fixture
-def emulator() -> Iterator[KubeApiEmulator]:
-    with KubeApiEmulator(bookmark_interval=0.2) as api:
-        yield api
-
-
-@pytest.fixture
-def core(emulator: KubeApiEmulator, tmp_path: Path) -> Iterator[Any]:
-    path = emulator.write_kubeconfig(tmp_path / "kubeconfig")
-    with config.new_client_from_config(str(path)) as api:  # type: ignore[no-untyped-call]
-        yield client.CoreV1Api(api)
-
-
-@pytest.fixture
-async def kube(emulator: KubeApiEmulator, tmp_path: Path) -> AsyncIterator[KubeClient]:
-    settings = KubeSettings(
-        kubeconfig=str(emulator.write_kubeconfig(tmp_path / "kc")), kube_backoff_initial=0.02, kube_backoff_max=0.2
-    )
-    async with KubeClient.from_settings(settings) as connected:
-        yield connected
 
 
 def serve(app: FastAPI) -> tuple[str, uvicorn.Server, threading.Thread]:

@@ -198,9 +198,11 @@ class Api:
             raise _not_found_path(path)
         target = parse_target(parts, path)
         query = request.query_params
-        if query.get("dryRun"):
-            raise bad_request("dryRun is not supported by the emulator")
         method = request.method
+        dry_run = bool(query.get("dryRun"))
+        if dry_run and not (method == "POST" and target.name is None and target.rt.plural != "bindings"):
+            # a dry-run create is how a client asks what admission makes of an object; nothing else has one
+            raise bad_request("dryRun is supported by the emulator for creates only")
         if target.name is None:
             if method == "GET":
                 if query.get("watch") in ("1", "true"):
@@ -214,7 +216,7 @@ class Api:
                 body = await self._body(request)
                 if target.rt.plural == "bindings":
                     return json_response(self.handlers.bind(target.namespace, None, body), 201)
-                return json_response(await self.create(request, target, body), 201)
+                return json_response(await self.create(request, target, body, dry_run=dry_run), 201)
             if method == "DELETE":
                 items, rv = self._select(request, target)
                 for obj in items:
@@ -252,11 +254,17 @@ class Api:
                 return json_response(_deleted(target.rt, deleted))
         raise ApiError(405, "MethodNotAllowed", "the server does not allow this method on the requested resource")
 
-    async def create(self, request: Request, target: Target, body: Any) -> JsonObj:
-        """A create, after the mutating admission webhooks registered with the emulator have seen it."""
+    async def create(self, request: Request, target: Target, body: Any, *, dry_run: bool = False) -> JsonObj:
+        """A create, after the mutating admission webhooks registered with the emulator have seen it; with
+        ``dry_run`` the admitted object is answered and not stored (webhooks are called all the same, as
+        kube-apiserver calls those with ``sideEffects: None``)."""
         if self.webhooks.wanted(target.rt):
             view = admission_view(target.rt, body, target.namespace)
-            body = await self.webhooks.admit_create(target.rt, target.namespace, view, _caller(request))
+            body = await self.webhooks.admit_create(
+                target.rt, target.namespace, view, _caller(request), dry_run=dry_run
+            )
+        if dry_run:
+            return self.store.dry_create(target.rt, target.namespace, body)
         return self.store.create(target.rt, target.namespace, body)
 
     def get(self, request: Request, target: Target, name: str) -> Response:

@@ -191,6 +191,12 @@ class Store:
                 raise already_exists(rt, name)
             return self._commit(rt, "ADDED", None, new)
 
+    def dry_create(self, rt: ResourceType, namespace: str | None, obj: JsonObj) -> JsonObj:
+        """What :meth:`create` would store, stored nowhere (a ``dryRun=All`` create)."""
+        with self._lock:
+            self._require_namespace(rt, namespace)
+            return prepare_create(rt, obj, namespace if rt.namespaced else None, _now(), next(self._uids))
+
     def update(
         self,
         rt: ResourceType,

@@ -237,7 +237,9 @@ class Webhooks:
         """Whether a create of ``rt`` goes through admission now (any webhook registered)."""
         return rt.plural not in _NOT_ADMITTED and bool(self._hooks())
 
-    async def admit_create(self, rt: ResourceType, namespace: str | None, obj: JsonObj, caller: Caller) -> JsonObj:
+    async def admit_create(
+        self, rt: ResourceType, namespace: str | None, obj: JsonObj, caller: Caller, *, dry_run: bool = False
+    ) -> JsonObj:
         if rt.plural in _NOT_ADMITTED:
             return obj
         hooks = self._hooks()
@@ -247,7 +249,7 @@ class Webhooks:
         for _, hook in hooks:
             if not self._selects(hook, rt, namespace, namespace_labels, obj):
                 continue
-            request = self._request(rt, namespace, obj, caller)
+            request = self._request(rt, namespace, obj, caller, dry_run)
             called, error = _conditions_hold(list(hook.get("matchConditions") or []), obj, request)
             if error and not _failure_ignored(hook):
                 name = str((obj.get("metadata") or {}).get("name") or "")
@@ -281,7 +283,7 @@ class Webhooks:
         return any(_rule_matches(rule, rt, "CREATE", namespaced) for rule in hook.get("rules") or [])
 
     @staticmethod
-    def _request(rt: ResourceType, namespace: str | None, obj: JsonObj, caller: Caller) -> JsonObj:
+    def _request(rt: ResourceType, namespace: str | None, obj: JsonObj, caller: Caller, dry_run: bool) -> JsonObj:
         kind = {"group": rt.group, "version": rt.version, "kind": rt.kind}
         resource = {"group": rt.group, "version": rt.version, "resource": rt.plural}
         request: JsonObj = {
@@ -301,7 +303,7 @@ class Webhooks:
             userInfo=caller.info(),
             object=obj,
             oldObject=None,
-            dryRun=False,
+            dryRun=dry_run,  # a webhook with side effects must not have them for a dry run
             options={"kind": "CreateOptions", "apiVersion": "meta.k8s.io/v1"},
         )
         return request

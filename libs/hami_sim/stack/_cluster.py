@@ -4,8 +4,11 @@
 Kubernetes API emulator (child processes), the Node objects, the webhook (HTTPS, behind the stack's own
 CA), the extender and the metrics service (HTTP on loopback, in this process), every node (kubelet
 emulator, node agent, allocator; in this process or in ``config.node_hosts`` child processes), and the
-kube-scheduler stand-in pointed at the extender. ``submit`` sends a pod through the
-webhook and creates it, as kube-apiserver would. Each service can be restarted on its own (chaos).
+kube-scheduler stand-in pointed at the extender. The emulator gets the deployed
+MutatingWebhookConfiguration (rendered from deploy/, pointed at the loopback webhook) and calls it as
+kube-apiserver does; the stand-in reads the deployed extender's ``managedResources``. ``submit`` is a plain
+create, so a pod takes the path it takes on a cluster (``kubectl apply`` too). Each service can be restarted
+on its own (chaos).
 
 With ``config.kube == "real"`` the system is deploy/ as shipped (``_realkube``): etcd and kube-apiserver run
 here, and the rendered dev overlay (plus the stack's own overlay of choices, ``_overlay``) is applied and
@@ -26,9 +29,13 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Final, Self
 
+import msgspec
+
 from hami_common.bus import EmbeddedNats, NatsCluster
 from hami_common.inventory import default_state_file
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
+from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_MEMORY_PERCENTAGE, GPU_PRIORITY
+from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
 from hami_common.tracing import service_scope
 from hami_extender.app import create_app as create_extender
 from hami_extender.ledger import Ledger
@@ -36,7 +43,7 @@ from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
 from hami_sim.kubeapi import KubeApiProcess
-from hami_sim.realk8s import ControlPlane
+from hami_sim.realk8s import ControlPlane, ManagedResource, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
@@ -110,6 +117,7 @@ class LocalCluster:
         self.pod_watch: RunningService | None = None
         self._kube: KubeClient | None = None
         self._admitter: Admitter | None = None
+        self._documents: list[Json] = []  # deploy/kustomize/base as rendered (the emulated stack's wiring)
 
     # --- addresses ------------------------------------------------------------------------------------
 
@@ -203,12 +211,31 @@ class LocalCluster:
             await serve_app(create_metrics(settings), self._metrics_port.socket(), stop)
 
     async def _run_scheduler(self, stop: asyncio.Event) -> None:
-        driver = SchedulerDriver(self.kube, self.extender_url, retry_after=self.config.retry_after)
+        driver = SchedulerDriver(
+            self.kube,
+            self.extender_url,
+            retry_after=self.config.retry_after,
+            managed=self._managed(),
+        )
         self.driver = driver
         async with asyncio.TaskGroup() as tg:
             running = tg.create_task(driver.run(), name="scheduler")
             await stop.wait()
             running.cancel()
+
+    def _managed(self) -> tuple[ManagedResource, ...]:
+        """The deployed extender's managedResources, NVIDIA's names as the stack's device config spells them:
+        HAMi's chart renders both from one set of values, so a renamed resource is renamed in both."""
+        names = self.config.device_config().resources
+        renamed = {
+            GPU: names.count_name,
+            GPU_MEMORY: names.memory_name,
+            GPU_MEMORY_PERCENTAGE: names.memory_percentage_name,
+            GPU_CORES: names.core_name,
+            GPU_PRIORITY: names.priority_name,
+        }
+        deployed_ones = managed_resources(self._documents)
+        return tuple(msgspec.structs.replace(r, name=renamed.get(r.name, r.name)) for r in deployed_ones)
 
     async def _run_pod_watch(self, stop: asyncio.Event) -> None:
         """The kubelets' view of the pods: one watch for every node, handing each bound pod to its node."""
@@ -329,9 +356,7 @@ class LocalCluster:
         progress("registering the webhook with kube-apiserver; waiting for a kube-scheduler to lead")
         await asyncio.to_thread(real.register_webhook)
         await asyncio.to_thread(real.wait_leader)
-        self._admitter = Admitter(
-            self.webhook_url, str(real.webhook_ca_file), self.api.url, api_tls=real.plane.client_tls(), review=False
-        )
+        self._admitter = Admitter(self.api.url, api_tls=real.plane.client_tls())
         stack.push_async_callback(self._admitter.close)
 
     def _connections(self) -> NodeConnections:
@@ -359,6 +384,7 @@ class LocalCluster:
         stack.callback(self.api.close)
         await asyncio.to_thread(self.api.start)
         self.api.write_kubeconfig(self.config.kubeconfig)
+        self._documents = await asyncio.to_thread(deployed)
         await asyncio.to_thread(self._seed_nodes)
         self._kube = await stack.enter_async_context(KubeClient.from_settings(self.kube_settings()))
         tasks = await stack.enter_async_context(asyncio.TaskGroup())
@@ -384,13 +410,20 @@ class LocalCluster:
         await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
         self.scheduler = self._service("scheduler", self._run_scheduler, tasks)
         self.scheduler.start()
-        self._admitter = Admitter(self.webhook_url, str(self.tls.ca), self.api.url)
+        self._admitter = Admitter(self.api.url)
         stack.push_async_callback(self._admitter.close)
-        await eventually(self._webhook_ready, timeout=_READY_TIMEOUT_S, what="webhook ready")
+        progress("registering the webhook with the API emulator")
+        # the deployed configuration, as the real stack registers it with kube-apiserver: the emulator calls it
+        config = webhook_configuration(self._documents, self.webhook_url, self.tls.ca.read_bytes())
+        await asyncio.to_thread(
+            self.api.create, "admissionregistration.k8s.io", "v1", "mutatingwebhookconfigurations", None, config
+        )
+        await eventually(self._webhook_routes, timeout=_READY_TIMEOUT_S, what="the emulator calls the webhook")
 
-    async def _webhook_ready(self) -> bool:
+    async def _webhook_routes(self) -> bool:
+        """A dry-run GPU pod comes back routed to hami-scheduler: the apiserver calls the webhook, which answers."""
         assert self._admitter is not None
-        return await self._admitter.ready()
+        return await self._admitter.routes_to(DEFAULT_SCHEDULER_NAME, self.config.gpu_resource)
 
     def ledger(self) -> Ledger | None:
         ledger = self._extender_state.get("ledger")
@@ -444,7 +477,8 @@ class LocalCluster:
     # --- using it -------------------------------------------------------------------------------------
 
     async def submit(self, pod: Json) -> Json:
-        """Admit ``pod`` through the webhook and create it; returns the stored pod."""
+        """Create ``pod`` as a user does (the apiserver calls the webhook); returns the stored pod. A pod the
+        webhook refuses raises AdmissionDenied with the apiserver's message."""
         if self._admitter is None:
             raise RuntimeError("the cluster is not started")
         started = time.monotonic()
