@@ -89,7 +89,12 @@ def kubelet_view(rendering: Rendering, ref: ContainerRef, workdir: Path, host: P
             target = host / volume["hostPath"]["path"].lstrip("/")
             target.mkdir(parents=True, exist_ok=True)
             mounts[mount["mountPath"]] = target
-    fields = {"metadata.name": POD_NAME, "metadata.namespace": NAMESPACE, "spec.nodeName": NODE_NAME}
+    fields = {
+        "metadata.name": POD_NAME,
+        "metadata.namespace": NAMESPACE,
+        "spec.nodeName": NODE_NAME,
+        "status.podIP": "127.0.0.1",
+    }
     env: dict[str, str] = {}
     for entry in ref.container.get("env") or []:
         if "value" in entry:

@@ -76,7 +76,7 @@ async def test_after_agent_extender_and_nats_restarts_every_pod_is_allocated_onc
             [
                 lambda: cluster.restart_nodeagent("gpu-node-1"),
                 restarted(cluster, "extender", cluster.restart_extender),  # the leading replica's only
-                restarted(cluster, "nats-server", cluster.restart_nats),
+                restarted(cluster, "nats", cluster.restart_nats),
             ],
             "chaos",
         )
