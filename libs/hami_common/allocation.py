@@ -235,7 +235,7 @@ def from_annotation(
     The decoder's extra empty entry after the trailing ``;`` is dropped; a device entry for a container
     the pod does not have raises :class:`InvalidInput`. ``mig`` (the decoded ``hami.io/vgpu-mig-allocations``)
     is paired by ``containerIndex``, the container's place in that same order; a reservation that names
-    no container, or does not match the container's device list, raises :class:`InvalidInput`.
+    no container, or does not match the container's non-empty device list, raises :class:`InvalidInput`.
     """
     extra = devices[len(container_names) :]
     if any(extra):
@@ -255,8 +255,13 @@ def from_annotation(
                 devices=tuple(GrantedDevice(d.uuid, d.usedmem, d.usedcores) for d in entry),
                 priority=prio.get(ctr),
                 disable_control=ctr in disable_control,
+                # an empty entry is a container already served (its entry erased): its instances live on
+                # until the pod ends, but it has nothing left to allocate, so its reservations are not paired
                 mig=pair_mig(
-                    f"{namespace}/{name}", ctr, [d.uuid for d in entry], [m for m in mig if m.container_index == i]
+                    f"{namespace}/{name}",
+                    ctr,
+                    [d.uuid for d in entry],
+                    [m for m in mig if m.container_index == i] if entry else (),
                 ),
             )
         )

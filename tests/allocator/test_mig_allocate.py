@@ -350,6 +350,46 @@ async def test_the_fallback_creates_the_instance_and_writes_its_ids_back(
     assert unverified_reason(GRANT_KEY, uid, pod.metadata.annotations) == ""
 
 
+async def test_an_init_container_then_the_app_container_each_get_their_own_instance(
+    tmp_path: Path, kube: KubeClient, core: Any
+) -> None:
+    """The init container's entry is erased once it is served; its reservation stays in the annotation (the
+    instance lives until the pod ends), and the app container's Allocate must still pair its own."""
+    fake = FakeMig((MIG_GPU,))
+    first, second = reservation(0, 0, MIG_GPU, "1g.5gb", 4, 1), reservation(1, 0, MIG_GPU, "1g.5gb", 5, 1)
+    body = bound_pod_body(
+        "warmed", {"warm-up": [dev(MIG_GPU)], "main": [dev(MIG_GPU)]}, bind_time=10,
+        extra_annotations=mig_annotations(first, second),
+    )  # fmt: skip
+    body["spec"]["initContainers"] = body["spec"]["containers"][:1]
+    body["spec"]["containers"] = body["spec"]["containers"][1:]
+    created = await asyncio.to_thread(core.create_namespaced_pod, "default", body)
+    ann = body["metadata"]["annotations"]
+    signature = GRANT_KEY.sign(
+        str(created.metadata.uid), NODE, ann[DEVICES_ALLOCATED], decode_mig_allocations(ann[MIG_ALLOCATIONS])
+    )
+    await asyncio.to_thread(
+        core.patch_namespaced_pod, "warmed", "default", {"metadata": {"annotations": {GRANT_SIGNATURE: signature}}}
+    )
+    followup = FollowUp(NODE, pods=kube)
+    alloc = allocator(tmp_path, fake, pods=KubeNodePods(kube), followup=followup)
+    worker = asyncio.create_task(followup.run())
+    answers = []
+    try:
+        for _ in range(2):  # the kubelet allocates the init container, then the app container
+            answer, served = await alloc.allocate(ids(alloc, 1))
+            alloc.follow_up(served)
+            await followup.join()
+            answers.append(answer.response.envs[envvars.NVIDIA_VISIBLE_DEVICES])
+    finally:
+        worker.cancel()
+
+    by_slot = {i.placement.start: i.mig_uuid for i in fake.instances()}
+    assert answers == [by_slot[4], by_slot[5]]  # each container its own instance, init first
+    pod = await kube.get_pod("default", "warmed")
+    assert pod.metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+
+
 @pytest.mark.parametrize(
     "tampered",
     [
