@@ -30,13 +30,14 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from hami_cli.manifests import read_pods
 from hami_cli.state import NoStackError, UpState, read_state, remove_state, run_workdir, write_state
 from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
-from hami_common.annotations import TRACE_CONTEXT
+from hami_common.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, TRACE_CONTEXT
 from hami_common.errors import HamiError
 from hami_common.inventory import NVIDIA_VENDOR
 from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import OTEL_ENDPOINT, OTEL_TRACES_ENDPOINT, setup_tracing
 from hami_common.vendors.plugin import fake_vendors
 from hami_sim.realk8s import BinariesMissing, find_binaries
+from hami_sim.scheduler import is_unschedulable_message
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
@@ -164,8 +165,24 @@ async def _reasons(cluster: LocalCluster, uids: list[str]) -> dict[str, str]:
 
 
 async def _settled(cluster: LocalCluster, uids: list[str]) -> bool:
-    pending = [uid for uid in uids if uid not in cluster.admitted]
-    return not pending or set(pending) <= (await _reasons(cluster, pending)).keys()
+    """Every example is either pending with a reason, or admitted by its kubelet with its grant settled: the
+    device plugin writes bind-phase success after its Allocate answer, so the kubelet's admission alone would
+    print a placement still "allocating"."""
+    pods, _ = await cluster.kube.list_pods()
+    resource = cluster.config.gpu_resource
+    allocating = {
+        p.metadata.uid
+        for p in pods
+        # NVIDIA's plugin settles bind-phase; a family whose plugin never does (Cambricon) is not waited for
+        if p.metadata.annotations.get(BIND_PHASE) == BIND_PHASE_ALLOCATING
+        and any(resource in c.resources.limits for c in (*p.spec.init_containers, *p.spec.containers))
+    }
+    pending = [uid for uid in uids if uid not in cluster.admitted or uid in allocating]
+    reasons = await _reasons(cluster, pending)
+    # on the real control plane a bind error (a node lock held a moment) is a FailedScheduling Event too, but
+    # kube-scheduler retries that pod after its backoff: only "no node fits" is where an example stays
+    final = {uid for uid, why in reasons.items() if cluster.real is None or is_unschedulable_message(why)}
+    return not pending or set(pending) <= final
 
 
 def _trace_summary(spans: Sequence[ReadableSpan], traceparent: str) -> str:

@@ -58,6 +58,7 @@ __all__ = [
     "SchedulerDriver",
     "Verdict",
     "insufficient",
+    "is_unschedulable_message",
     "pod_requests",
 ]
 
@@ -155,6 +156,13 @@ def unschedulable_message(reasons: Mapping[str, str], total: int) -> str:
     """kube-scheduler's wording: ``0/N nodes are available: <reason per node>``."""
     detail = ", ".join(f"{node}: {why}" for node, why in sorted(reasons.items()))
     return f"0/{total} nodes are available: {detail}."
+
+
+def is_unschedulable_message(message: str) -> bool:
+    """Whether a FailedScheduling message is a verdict that no node fits (``0/N nodes are available``), which
+    stands until the cluster changes; any other (a bind error, an extender error) is retried after a backoff."""
+    head, _, rest = message.partition(" nodes are available")
+    return bool(rest) and head.startswith("0/") and head[2:].isdigit()
 
 
 class SchedulerDriver:

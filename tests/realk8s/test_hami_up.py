@@ -135,7 +135,7 @@ def test_hami_up_real_with_every_option_combined(
     assert len(nats.split(",")) == 3  # three servers, each a URL the clients may use
     placed = {line.split()[0]: line for line in out.splitlines() if line.startswith("default/")}
     assert "success" in placed["default/memory-mib"]
-    assert placed["default/mig-small"].split()[1] in {"mig-node-0", "mig-node-1"}
+    assert placed["default/mig-small"].split()[1] in {"mig-node-0", "mig-node-1"}, out
     for vendor in vendors:
         assert f"pod/{vendor}-" in out  # each vendor's example pod was submitted beside its node
     nodes = {gpu["node"] for gpu in _status_json(env)["gpus"]}  # type: ignore[attr-defined]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hami_common.kube import Event, ObjectMeta, ObjectReference, Pod
+from hami_sim.scheduler import is_unschedulable_message, unschedulable_message
 from hami_sim.stack.report import pending_reasons, placement_rows
 
 
@@ -37,3 +38,13 @@ def test_a_pending_pod_shows_its_reason_and_one_without_says_it_waits() -> None:
         ("default/big", "-", "-", "Pending: 0/2 nodes are available: CardInsufficientMemory"),
         ("default/new", "-", "-", "Pending: waiting to be scheduled"),
     ]
+
+
+def test_only_a_no_node_fits_verdict_stands_a_bind_error_is_retried() -> None:
+    assert is_unschedulable_message(
+        "0/7 nodes are available: 2 2/2 CardInsufficientMemory, 3 Insufficient nvidia.com/gpu."
+    )
+    assert is_unschedulable_message(unschedulable_message({"n": "CardUuidMismatch"}, 1))  # the stand-in's wording
+    assert not is_unschedulable_message("node mig-node-1 has been locked within 300s: node lock contention")
+    assert not is_unschedulable_message("0/x nodes are available: not kube-scheduler's count")
+    assert not is_unschedulable_message("")
