@@ -42,6 +42,7 @@ from hami_extender.ledger import Ledger
 from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
+from hami_sim.deployed import deployed_settings
 from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.realk8s import ControlPlane, ManagedResource, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
@@ -158,38 +159,55 @@ class LocalCluster:
 
     # --- the services ---------------------------------------------------------------------------------
 
+    # The services' settings are deploy/'s (hami_sim.deployed.deployed_settings): only places are mapped here.
     def webhook_settings(self) -> WebhookSettings:
         if self.tls is None:
             raise RuntimeError("the cluster is not started")
-        return WebhookSettings(
-            nats_url=self.nats.url,
-            service_name="hami-webhook",
-            kubeconfig=self._kubeconfig_of("webhook"),
-            host="127.0.0.1",
-            port=self._webhook_port.port,
-            tls_cert_file=str(self.tls.cert),
-            tls_key_file=str(self.tls.key),
-            device_config_file=self.config.service_device_config(),
+        return deployed_settings(
+            WebhookSettings,
+            "hami-webhook",
+            "webhook",
+            mapped={
+                "nats_url": self.nats.url,
+                "kubeconfig": self._kubeconfig_of("webhook"),
+                "host": "127.0.0.1",
+                "port": self._webhook_port.port,
+                "tls_cert_file": str(self.tls.cert),
+                "tls_key_file": str(self.tls.key),
+                "device_config_file": self.config.service_device_config(),
+            },
         )
 
     def extender_settings(self) -> ExtenderSettings:
-        return ExtenderSettings(
-            nats_url=self.nats.url,
-            service_name="hami-extender",
-            http_host="127.0.0.1",
-            http_port=self._extender_port.port,
-            kubeconfig=str(self.config.kubeconfig),
-            identity="hami-extender-local",
-            node_scheduler_policy=self.config.node_policy,
-            gpu_scheduler_policy=self.config.gpu_policy,
-            sync_wait=10.0,
-            grant_key_file=str(self.config.grant_key_file),
-            device_config_file=self.config.service_device_config(),
-            placement_replicas=self.config.nats_servers,
+        return deployed_settings(
+            ExtenderSettings,
+            "hami-scheduler",
+            "extender",
+            mapped={
+                "nats_url": self.nats.url,
+                "http_host": "127.0.0.1",
+                "http_port": self._extender_port.port,
+                "kubeconfig": str(self.config.kubeconfig),
+                "identity": "hami-extender-local",
+                "grant_key_file": str(self.config.grant_key_file),
+                "device_config_file": self.config.service_device_config(),
+                # what this stack is asked to run, and a first sync that waits out a loaded test machine
+                "node_scheduler_policy": self.config.node_policy,
+                "gpu_scheduler_policy": self.config.gpu_policy,
+                "placement_replicas": self.config.nats_servers,
+                "sync_wait": 10.0,
+            },
+            # the scheduler stand-in calls the extender over loopback HTTP (kube-scheduler's HTTPS: the real stack)
+            away=("HAMI_TLS_CERT_FILE", "HAMI_TLS_KEY_FILE"),
         )
 
     def metrics_settings(self) -> MetricsSettings:
-        return MetricsSettings(nats_url=self.nats.url, http_host="127.0.0.1", http_port=self._metrics_port.port)
+        return deployed_settings(
+            MetricsSettings,
+            "hami-metrics",
+            "metrics",
+            mapped={"nats_url": self.nats.url, "http_host": "127.0.0.1", "http_port": self._metrics_port.port},
+        )
 
     # Each body runs under its service's service.name (one process holds them all; a collector shows them apart).
     async def _run_webhook(self, stop: asyncio.Event) -> None:

@@ -35,6 +35,7 @@ from hami_common.staging import StagingStore
 from hami_common.tracing import service_scope
 from hami_nodeagent.agent import serve as serve_agent
 from hami_nodeagent.settings import NodeAgentSettings
+from hami_sim.deployed import deployed_settings
 from hami_sim.kubelet import KubeletEmulator, PodAdmission
 from hami_sim.stack._config import NODE_PLACEHOLDER, StackConfig, vendor_capacity
 from hami_sim.stack._service import FailureHook, ProcessService, RunningService
@@ -128,46 +129,52 @@ class SimNode:
         """Virtual devices the allocator advertises: GPUs × split count."""
         return self.config.gpus_on(self.name) * self.config.node_split(self.name)
 
+    # deploy/'s hami-node DaemonSet (hami_sim.deployed.deployed_settings), with this node's places mapped
     def agent_settings(self) -> NodeAgentSettings:
         node_dir = self.config.node_dir(self.name)
-        return NodeAgentSettings(
-            nats_url=self.connections.nats_url,
-            service_name=f"hami-nodeagent-{self.name}",
-            kubeconfig=self.connections.kubeconfig_for(self.name),
-            kube_backoff_initial=0.05,
-            kube_backoff_max=1.0,
-            node_name=self.name,
-            inventory=FAKE,
-            fake_inventory=str(self.config.inventory_file),
-            device_split_count=None if self.config.device_config_file else self.config.split_count,
-            device_config_file=self.config.service_device_config(),
-            node_config_file=str(self.config.node_config_file or ""),
-            staging_dir=str(node_dir / "staging"),
-            hook_path=str(node_dir / "hook"),
-            placement_ack_wait=5.0,
+        return deployed_settings(
+            NodeAgentSettings,
+            "hami-node",
+            "nodeagent",
+            mapped={
+                **self._node_places(),
+                "staging_dir": str(node_dir / "staging"),
+                "hook_path": str(node_dir / "hook"),
+                "placement_ack_wait": 5.0,
+            },
         )
 
     def allocator_settings(self) -> AllocatorSettings:
         node_dir = self.config.node_dir(self.name)
-        return AllocatorSettings(
-            nats_url=self.connections.nats_url,
-            service_name=f"hami-allocator-{self.name}",
-            kubeconfig=self.connections.kubeconfig_for(self.name),
-            kube_backoff_initial=0.05,
-            kube_backoff_max=1.0,
-            node_name=self.name,
-            plugin_dir=str(self.config.plugin_dir(self.name)),
-            device_split_count=None if self.config.device_config_file else self.config.split_count,
-            device_config_file=self.config.service_device_config(),
-            node_config_file=str(self.config.node_config_file or ""),
-            inventory=FAKE,
-            fake_inventory=str(self.config.inventory_file),
-            staging_dir=str(node_dir / "staging"),
-            hook_path=str(node_dir / "hook"),
-            numa_topology=True,
-            grant_key_file=str(self.config.grant_key_file),
-            vendor_host_root=str(node_dir / "host"),
+        return deployed_settings(
+            AllocatorSettings,
+            "hami-node",
+            "allocator",
+            mapped={
+                **self._node_places(),
+                "plugin_dir": str(self.config.plugin_dir(self.name)),
+                "staging_dir": str(node_dir / "staging"),
+                "hook_path": str(node_dir / "hook"),
+                "grant_key_file": str(self.config.grant_key_file),
+                "vendor_host_root": str(node_dir / "host"),
+                "numa_topology": True,
+            },
         )
+
+    def _node_places(self) -> dict[str, object]:
+        """What both containers of the node pod are given here: the node, its connections, its fake GPUs."""
+        return {
+            "nats_url": self.connections.nats_url,
+            "kubeconfig": self.connections.kubeconfig_for(self.name),
+            "kube_backoff_initial": 0.05,
+            "kube_backoff_max": 1.0,
+            "node_name": self.name,
+            "inventory": FAKE,  # deploy/'s nvml, as the launcher maps it
+            "fake_inventory": str(self.config.inventory_file),
+            "device_split_count": None if self.config.device_config_file else self.config.split_count,
+            "device_config_file": self.config.service_device_config(),
+            "node_config_file": str(self.config.node_config_file or ""),
+        }
 
     # service.name per kind of service, the node as its instance (one process may hold many nodes)
     async def _run_agent(self, stop: asyncio.Event) -> None:
