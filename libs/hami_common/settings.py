@@ -80,8 +80,15 @@ def _converter(tp: object) -> Callable[[str], Any]:
     raise TypeError(f"unsupported settings type {tp!r}")
 
 
-def load(cls: type[S], argv: Sequence[str] | None = None, env: Mapping[str, str] | None = None) -> S:
-    """Parse ``argv`` and ``env`` (default: the process's own) into ``cls``.
+def load(
+    cls: type[S],
+    argv: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    *,
+    given: Mapping[str, Any] | None = None,
+) -> S:
+    """Parse ``argv`` and ``env`` (default: the process's own) into ``cls``; ``given`` (typed field values)
+    replaces what they say, before the settings check themselves.
 
     A malformed environment value raises ``InvalidInput`` naming the variable; a malformed flag exits 2
     with argparse's message, and ``--help`` exits 0.
@@ -123,7 +130,7 @@ def load(cls: type[S], argv: Sequence[str] | None = None, env: Mapping[str, str]
                 help=f"{help_text} (default: {field.default!r})",
             )
     values.update(vars(parser.parse_args(argv)))  # a bad flag exits 2 with argparse's own message
-    return cls(**values)
+    return cls(**(values | dict(given or {})))
 
 
 def to_argv(settings: object) -> list[str]:

@@ -15,10 +15,9 @@ by the emulated stack or refused loudly, never dropped in silence.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from collections.abc import Collection, Mapping
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, cast
 
 from hami_common.settings import ENV_PREFIX, load
 from hami_sim.realk8s._manifests import deployed
@@ -48,6 +47,7 @@ EMULATED_AWAY: Final[Mapping[str, str]] = {
     "HAMI_METRICS_TOKEN_FILE": "the emulated /metrics answers on loopback without a bearer token",
 }
 
+Json = dict[str, Any]
 _WORKLOADS: Final = frozenset({"Deployment", "DaemonSet", "StatefulSet"})
 
 
@@ -56,27 +56,31 @@ def _field(variable: str) -> str:
 
 
 @functools.cache
-def deployed_env(workload: str, container: str) -> tuple[tuple[str, str | None], ...]:
-    """The ``HAMI_*`` variables of one container of deploy/kustomize/base, in order: (name, value), value
-    ``None`` where the manifest takes it ``valueFrom`` a Secret, a ConfigMap or the pod's fields."""
+def _container(workload: str, container: str) -> Json:
     for doc in deployed():
         if doc.get("kind") in _WORKLOADS and doc["metadata"]["name"] == workload:
             spec = doc["spec"]["template"]["spec"]
             for ctr in (*spec.get("initContainers", ()), *spec["containers"]):
                 if ctr["name"] == container:
-                    return tuple(
-                        (e["name"], e.get("value")) for e in ctr.get("env", ()) if e["name"].startswith(ENV_PREFIX)
-                    )
+                    return cast(Json, ctr)
             raise LookupError(f"deploy/kustomize/base: {workload} has no container {container}")
     raise LookupError(f"deploy/kustomize/base has no workload {workload}")
+
+
+def deployed_env(workload: str, container: str) -> tuple[tuple[str, str | None], ...]:
+    """The ``HAMI_*`` variables of one container of deploy/kustomize/base, in order: (name, value), value
+    ``None`` where the manifest takes it ``valueFrom`` a Secret, a ConfigMap or the pod's fields."""
+    env = _container(workload, container).get("env", ())
+    return tuple((e["name"], e.get("value")) for e in env if e["name"].startswith(ENV_PREFIX))
 
 
 def deployed_settings(
     cls: type[S], workload: str, container: str, *, mapped: Mapping[str, Any], away: Collection[str] = ()
 ) -> S:
-    """``cls`` as the container's environment in deploy/ fills it, with ``mapped`` (fields) replacing what
-    names a place of the cluster. ``away``: variables this caller has no use for beyond :data:`EMULATED_AWAY`
-    (say why where it is passed)."""
+    """``cls`` as the container's flags and environment in deploy/ fill it, with ``mapped`` (fields)
+    replacing what names a place of the cluster. ``away``: variables this caller has no use for beyond
+    :data:`EMULATED_AWAY` (say why where it is passed)."""
+    ctr = _container(workload, container)
     taken: dict[str, str] = {}
     for name, value in deployed_env(workload, container):
         if _field(name) in mapped or name in EMULATED_AWAY or name in away:
@@ -87,5 +91,6 @@ def deployed_settings(
                 "the emulated stack must map it or list it in EMULATED_AWAY"
             )
         taken[name] = value
-    settings = load(cls, [], env=taken)
-    return dataclasses.replace(settings, **mapped)  # type: ignore[type-var]
+    # the service's own flags, after its program (deploy/ sets none today; one added there is taken here)
+    flags = [*ctr.get("command", ())[1:], *ctr.get("args", ())]
+    return load(cls, flags, env=taken, given=mapped)
