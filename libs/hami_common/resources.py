@@ -13,20 +13,23 @@ from typing import Final, Protocol
 
 from hami_common.annotations.keys import NVIDIA_VENDOR
 from hami_common.errors import InvalidInput
-from hami_common.quantity import as_int, value
+from hami_common.quantity import as_int, parse_quantity
 
 __all__ = [
+    "BAD_QUANTITY",
     "GPU",
     "GPU_CORES",
     "GPU_MEMORY",
     "GPU_MEMORY_PERCENTAGE",
     "GPU_PRIORITY",
+    "INT32_MAX",
     "UNSET_PERCENTAGE",
     "ContainerResources",
     "DeviceRequest",
     "PodRequest",
     "RequestSource",
     "ResourceConfig",
+    "checked_whole",
     "container_request",
     "is_exclusive",
     "needs_default_gpu_num",
@@ -42,7 +45,10 @@ GPU_PRIORITY: Final = "nvidia.com/priority"
 
 UNSET_PERCENTAGE: Final = 101  # HAMi's sentinel: memory was given in MiB, not as a percentage
 FULL_PERCENTAGE: Final = 100
-_INT32_MAX: Final = 2**31 - 1
+INT32_MAX: Final = 2**31 - 1  # HAMi parses every request field into an int32
+BAD_QUANTITY: Final = (
+    "invalid {resource} value {value!r} in container {name}: {why}; it must be a whole number from 0 to {high}"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,45 +147,53 @@ def _asks_any(c: ContainerResources, names: Sequence[str]) -> bool:
     return any(name in c.limits or name in c.requests for name in names)
 
 
-def _integer(c: ContainerResources, resource: str) -> int | None:
+def checked_whole(container: str, resource: str, text: str, *, high: int = INT32_MAX, scale: int = 1) -> int:
+    """A managed quantity as HAMi's int32 request field holds it.
+
+    ``InvalidInput`` (:data:`BAD_QUANTITY`, naming the resource and the range it accepts) where it cannot
+    be read: not a quantity, negative, a fraction, or past ``high`` once times ``scale`` (memoryFactor, a
+    vendor's memory unit). HAMi casts such a value into its int32 or drops the request, so the pod reads as
+    asking for no device; we refuse it instead, at admission and at Filter, and nothing is bound without a
+    placement.
+    """
+    try:
+        number = parse_quantity(text)
+    except InvalidInput:
+        why = "it is not a quantity"
+    else:
+        if number < 0:
+            why = "it is negative"
+        elif number.denominator != 1:
+            why = "it is not a whole number"
+        elif number * scale > high:
+            why = "it is too large"
+        else:
+            return number.numerator
+    raise InvalidInput(BAD_QUANTITY.format(resource=resource, value=text, name=container, why=why, high=high // scale))
+
+
+def _whole(c: ContainerResources, resource: str, scale: int = 1) -> int | None:
     text = c.quantity(resource)
-    if text is None:
-        return None
-    try:
-        return value(text)
-    except InvalidInput as err:
-        raise InvalidInput(f"container {c.name}: {resource}: {err}") from err
-
-
-def _memory_mib(c: ContainerResources, config: ResourceConfig) -> int | None:
-    """MiB after memoryFactor; None when it is absent, fractional, or does not fit int32 (HAMi drops it)."""
-    text = c.quantity(config.memory_name)
-    if text is None:
-        return 0
-    try:
-        exact = as_int(text)
-    except InvalidInput as err:
-        raise InvalidInput(f"container {c.name}: {config.memory_name}: {err}") from err
-    if exact is None:
-        raise InvalidInput(f"container {c.name}: {config.memory_name} must be a whole number of MiB: {text}")
-    mib = exact * config.memory_factor
-    return mib if 0 <= mib <= _INT32_MAX else None
+    return None if text is None else checked_whole(c.name, resource, text, scale=scale)
 
 
 def container_request(c: ContainerResources, config: ResourceConfig) -> DeviceRequest | None:
     """HAMi's ``GenerateResourceRequests`` for one container; None when it asks for no GPU.
 
-    A percentage at or below 0 counts as unset and one above 100 is clamped. Memory that does not fit
-    int32 after memoryFactor makes the container count as asking for no GPU at all, as in HAMi.
+    A percentage at or below 0 counts as unset and one above 100 is clamped. Every quantity the container
+    names is read first, asked or not: one that cannot be read (:func:`checked_whole`) is ``InvalidInput``,
+    never "no GPU".
     """
-    nums = _integer(c, config.count_name)
-    if nums is None or nums <= 0:
+    nums = _whole(c, config.count_name)
+    memory = _whole(c, config.memory_name, config.memory_factor)
+    percentage = _whole(c, config.memory_percentage_name)
+    cores = _whole(c, config.core_name)
+    priority_text = c.limits.get(config.priority_name)
+    priority = None if priority_text is None else checked_whole(c.name, config.priority_name, priority_text)
+    if not nums:
         return None
-    memreq = _memory_mib(c, config)
-    if memreq is None:
-        return None
-    percentage = _integer(c, config.memory_percentage_name)
-    if percentage is None or percentage <= 0:
+    memreq = 0 if memory is None else memory * config.memory_factor
+    if not percentage:
         percentage = UNSET_PERCENTAGE
     elif percentage > FULL_PERCENTAGE:
         percentage = FULL_PERCENTAGE
@@ -188,14 +202,12 @@ def container_request(c: ContainerResources, config: ResourceConfig) -> DeviceRe
             memreq = config.default_memory
         else:
             percentage = FULL_PERCENTAGE
-    cores = _integer(c, config.core_name)
-    priority_text = c.limits.get(config.priority_name)
     return DeviceRequest(
         nums=nums,
         memreq=memreq,
         mem_percentage=percentage,
         coresreq=config.default_cores if cores is None else cores,
-        priority=None if priority_text is None else value(priority_text),
+        priority=priority,
     )
 
 

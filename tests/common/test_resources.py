@@ -52,7 +52,6 @@ def summary(request: DeviceRequest | None) -> tuple[int, int, int, int] | None:
         pytest.param(limits(gpu="1", pct="50"), (1, 0, 50, 0), id="a percentage is kept"),
         pytest.param(limits(gpu="1", pct="150"), (1, 0, 100, 0), id="a percentage above 100 is clamped"),
         pytest.param(limits(gpu="1", pct="0"), (1, 0, 100, 0), id="a zero percentage counts as unset"),
-        pytest.param(limits(gpu="1", pct="-1"), (1, 0, 100, 0), id="a negative percentage counts as unset"),
         pytest.param(limits(gpu="1", mem="2000", pct="0"), (1, 2000, 101, 0), id="MiB win over a zero percentage"),
         pytest.param(limits(gpu="1", cores="50"), (1, 0, 100, 50), id="cores are taken as given"),
         pytest.param(
@@ -60,7 +59,6 @@ def summary(request: DeviceRequest | None) -> tuple[int, int, int, int] | None:
             (1, 0, 100, 0),
             id="a count only in requests",
         ),
-        pytest.param(limits(gpu="1", mem="16Gi"), None, id="memory beyond int32 means no GPU request at all"),
         pytest.param(limits(mem="1000"), None, id="memory without a count is not a request"),
         pytest.param(limits(gpu="0"), None, id="a zero count is not a request"),
     ],
@@ -76,8 +74,54 @@ def test_memory_factor_multiplies_mib() -> None:
     assert summary(container_request(limits(gpu="1", mem="1024"), config)) == (1, 2048, UNSET_PERCENTAGE, 0)
 
 
-def test_memory_factor_overflowing_int32_drops_the_request() -> None:
-    assert container_request(limits(gpu="1", mem="1Gi"), ResourceConfig(memory_factor=2)) is None
+@pytest.mark.parametrize(
+    ("container", "config", "message"),
+    [
+        pytest.param(
+            limits(gpu="1", mem="16Gi"),
+            DEFAULT,
+            "invalid nvidia.com/gpumem value '16Gi' in container main: it is too large; "
+            "it must be a whole number from 0 to 2147483647",
+            id="memory past int32",
+        ),
+        pytest.param(
+            limits(gpu="1", mem="1Gi"),
+            ResourceConfig(memory_factor=2),
+            "invalid nvidia.com/gpumem value '1Gi' in container main: it is too large; "
+            "it must be a whole number from 0 to 1073741823",
+            id="memory past int32 once times memoryFactor",
+        ),
+        pytest.param(
+            limits(gpu="3221225472"),
+            DEFAULT,
+            "invalid nvidia.com/gpu value '3221225472' in container main: it is too large; "
+            "it must be a whole number from 0 to 2147483647",
+            id="a count past int32",
+        ),
+        pytest.param(
+            limits(gpu="1", pct="-1"),
+            DEFAULT,
+            "invalid nvidia.com/gpumem-percentage value '-1' in container main: it is negative; "
+            "it must be a whole number from 0 to 2147483647",
+            id="a negative percentage",
+        ),
+        pytest.param(
+            limits(gpu="0", mem="16Gi"),
+            DEFAULT,
+            "invalid nvidia.com/gpumem value '16Gi' in container main: it is too large; "
+            "it must be a whole number from 0 to 2147483647",
+            id="read even where no GPU is counted",
+        ),
+    ],
+)
+def test_a_quantity_that_cannot_be_read_is_an_error_never_no_gpu(
+    container: ContainerResources, config: ResourceConfig, message: str
+) -> None:
+    """HAMi reads these as "no GPU", so a pod naming one was bound with no placement (and served another
+    pod's grant at Allocate); here they are an error naming the resource and the range it accepts."""
+    with pytest.raises(InvalidInput) as err:
+        container_request(container, config)
+    assert str(err.value) == message
 
 
 def test_default_memory_applies_when_neither_mib_nor_percentage_is_asked() -> None:
@@ -178,5 +222,5 @@ def test_arbitrary_quantities_give_a_request_none_or_invalid_input(quantities: d
 
 
 def test_absurdly_long_quantity_is_invalid_input_not_a_crash() -> None:
-    with pytest.raises(InvalidInput, match="longer than"):
+    with pytest.raises(InvalidInput, match="it is not a quantity"):
         container_request(limits(gpu="9" * 5000), DEFAULT)

@@ -113,3 +113,27 @@ async def test_a_bind_takes_the_lock_from_the_cached_node_and_marks_the_pod_thro
     anns = pod_annotations(emulator, "p1")
     assert anns[BIND_PHASE] == "allocating"
     assert emulator.store.get(PODS, "default", "p1")["spec"]["nodeName"] == "node1"
+
+
+async def test_a_pod_naming_a_gpu_quantity_past_int32_is_an_error_at_filter_and_bind_never_a_gpu_less_pod(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    """``gpumem: 3Gi`` is 3221225472 MiB, past HAMi's int32: HAMi reads the pod as asking for no GPU, so
+    Filter passed every node and Bind bound it with no placement, and at Allocate it was served another
+    pod's grant. Such a pod can reach the extender without our webhook (a namespace opted out of it, or
+    HAMi's webhook beside ours); it gets an error naming the resource, and nothing is bound or annotated."""
+    add_node(emulator, "node1")
+    await synced(extender, "node1")
+    limits = {"nvidia.com/gpu": "1", "nvidia.com/gpumem": "3Gi"}
+    pod = add_pod(emulator, "thief", containers=[{"name": "c", "image": "cuda", "resources": {"limits": limits}}])
+    result = await extender.filter(pod, ["node1"])
+    assert result["NodeNames"] is None
+    assert result["Error"] == (
+        "invalid nvidia.com/gpumem value '3Gi' in container c: it is too large; "
+        "it must be a whole number from 0 to 2147483647"
+    )
+    bound = await extender.bind(pod, "node1")
+    assert "nvidia.com/gpumem" in bound["Error"]
+    stored = emulator.store.get(PODS, "default", "thief")
+    assert not stored["spec"].get("nodeName")
+    assert VGPU_NODE not in (stored["metadata"].get("annotations") or {})

@@ -14,7 +14,7 @@ from typing import Any, Final
 import pytest
 
 from hami_common.annotations import DEVICES_TO_ALLOCATE, WEBHOOK_IGNORE, WEBHOOK_LABEL
-from hami_common.resources import GPU
+from hami_common.resources import GPU, GPU_MEMORY
 from hami_sim.realk8s import ApiError, ControlPlane, apply, deployed, webhook_configuration
 from hami_sim.waiting import eventually_sync
 from tests.webhook.conftest import TlsFiles, offline_settings
@@ -106,3 +106,26 @@ def test_a_privileged_debugger_cannot_be_attached_to_a_gpu_pod(registered: Contr
     assert "ephemeral container debugger is privileged" in str(refused.value)
     unprivileged = {"spec": {"ephemeralContainers": [{"name": "plain", "image": "busybox"}]}}
     registered.request("PATCH", path, unprivileged, "application/strategic-merge-patch+json")
+
+
+@pytest.mark.parametrize("memory", ["3Gi", "3221225472"])
+def test_gpu_memory_past_int32_is_refused_at_admission_naming_the_resource_and_range(
+    registered: ControlPlane, memory: str
+) -> None:
+    """kube-apiserver lets a whole, non-negative extended resource through, however large; HAMi then reads
+    ``gpumem: 3Gi`` (3221225472 MiB, past its int32) as asking for no GPU, and the pod was bound with no
+    placement and served another pod's grant (issue 28 item 1a). The webhook refuses it with the range."""
+    greedy = pod(container(limits={GPU: "1", GPU_MEMORY: memory}), name="greedy", namespace=TENANT)
+    with pytest.raises(ApiError) as refused:
+        _create(registered, TENANT, _labelled(greedy, {}), dry_run=True)
+    assert refused.value.status == 400
+    assert f"invalid {GPU_MEMORY} value {memory!r} in container main: it is too large" in str(refused.value)
+    assert "it must be a whole number from 0 to 2147483647" in str(refused.value)
+
+
+def test_gpu_memory_the_apiserver_writes_with_a_suffix_is_admitted(registered: ControlPlane) -> None:
+    """kube-apiserver canonicalises ``3000`` to ``3k`` before the webhook sees it: a suffix is no refusal."""
+    fine = pod(container(limits={GPU: "1", GPU_MEMORY: "3000"}), name="fine", namespace=TENANT)
+    made = _create(registered, TENANT, _labelled(fine, {}), dry_run=True)
+    assert made["spec"]["containers"][0]["resources"]["limits"][GPU_MEMORY] == "3k"
+    assert made["spec"]["schedulerName"] == SCHEDULER

@@ -385,21 +385,34 @@ def test_a6_requests(chip: ChipConfig, limits: dict[str, str], want: DeviceReque
     [
         pytest.param({}, {}, None, id="nothing asked"),
         pytest.param(res(B3, "0"), {}, None, id="count 0"),
-        pytest.param(res(B3, "1.5"), {}, None, id="a fractional count"),
-        pytest.param(res(B3, str(2**31)), {}, None, id="count beyond int32"),
         pytest.param({}, res(B3, "1"), req("Ascend910B3", 1), id="count from requests"),
-        pytest.param(res(B3, "1", "16Gi"), {}, None, id="memory is MiB: 16Gi is beyond int32"),
-        pytest.param(res(B3, "1", "-1"), {}, None, id="negative memory"),
-        pytest.param(res(B3, "1", "1500m"), {}, req("Ascend910B3", 1), id="fractional memory counts as none"),
-        pytest.param(res(B3, "1", core="-1"), {}, None, id="negative core"),
     ],
 )
 def test_request_edges(limits: dict[str, str], requests: dict[str, str], want: DeviceRequest | None) -> None:
     assert fam(B3).request(ctr(limits, requests)) == want
 
 
-def test_memory_factor_overflowing_int32_is_no_request() -> None:
-    assert fam(replace(B3, memory_factor=2)).request(ctr(res(B3, "1", str(2**30)))) is None
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        pytest.param(res(B3, "1.5"), "it is not a whole number", id="a fractional count"),
+        pytest.param(res(B3, str(2**31)), "it is too large", id="count beyond int32"),
+        pytest.param(res(B3, "1", "16Gi"), "it is too large", id="memory is MiB: 16Gi is beyond int32"),
+        pytest.param(res(B3, "1", "-1"), "it is negative", id="negative memory"),
+        pytest.param(res(B3, "1", "1500m"), "it is not a whole number", id="fractional memory"),
+        pytest.param(res(B3, "1", core="-1"), "it is negative", id="negative core"),
+        pytest.param(res(B3, "0", "16Gi"), "it is too large", id="read even where the count is 0"),
+    ],
+)
+def test_a_quantity_that_cannot_be_read_is_an_error_never_no_npu(limits: dict[str, str], why: str) -> None:
+    """HAMi reads these as asking for no NPU, and the pod was bound with no placement; here they are refused."""
+    with pytest.raises(InvalidInput, match=f"{why}; it must be a whole number from 0 to 2147483647"):
+        fam(B3).request(ctr(limits))
+
+
+def test_memory_factor_overflowing_int32_is_refused_with_the_range_of_the_written_value() -> None:
+    with pytest.raises(InvalidInput, match="it is too large; it must be a whole number from 0 to 1073741823"):
+        fam(replace(B3, memory_factor=2)).request(ctr(res(B3, "1", str(2**30))))
 
 
 @given(st.dictionaries(st.sampled_from(sorted(res(B3, "x", "x", "x"))), st.text(max_size=12), max_size=3))

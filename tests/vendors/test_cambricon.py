@@ -120,8 +120,6 @@ C2 = CambriconFamily(CambriconConfig(resource_count_name="cambricon.com/mlu"))
         ({"cambricon.com/mlu": "1", MLU_MEMORY: "1000", MLU_CORES: "2"}, req(1, 256000, 2)),
         ({"cambricon.com/mlu": "1", MLU_MEMORY: "1000"}, req(1, 256000, 100)),
         ({"cambricon.com/mlu": "1", MLU_CORES: "2"}, req(1, 0, 2)),
-        ({"cambricon.com/mlu": "1", MLU_MEMORY: "16Gi"}, None),
-        ({"cambricon.com/mlu": "1", MLU_MEMORY: "16.0Gi"}, None),
     ],
 )
 def test_c2_requests(limits: dict[str, str], expected: DeviceRequest | None) -> None:
@@ -133,11 +131,17 @@ def test_request_units_bounds_and_fallbacks() -> None:
     assert r is not None
     assert r.memreq == 8388607 * 256
     assert r.mem_percentage == 0
-    assert FAMILY.request(ContainerResources("c", limits={MLU_COUNT: "1", MLU_MEMORY: "8388608"})) is None
-    assert FAMILY.request(ContainerResources("c", limits={MLU_COUNT: "1", MLU_MEMORY: "1.5"})) is None
-    frac_cores = FAMILY.request(ContainerResources("c", limits={MLU_COUNT: "1", MLU_CORES: "500m"}))
-    assert frac_cores == req(1, 0, 100)
     assert FAMILY.request(ContainerResources("c", limits={MLU_MEMORY: "4"})) is None
+    # HAMi reads these as asking for no MLU (the pod was bound with no placement); here they are refused
+    for limits, why in (
+        ({MLU_MEMORY: "8388608"}, "it is too large; it must be a whole number from 0 to 8388607"),
+        ({MLU_MEMORY: "16Gi"}, "it is too large; it must be a whole number from 0 to 8388607"),
+        ({MLU_MEMORY: "16.0Gi"}, "it is too large; it must be a whole number from 0 to 8388607"),
+        ({MLU_MEMORY: "1.5"}, "it is not a whole number"),
+        ({MLU_CORES: "500m"}, "it is not a whole number"),
+    ):
+        with pytest.raises(InvalidInput, match=why):
+            FAMILY.request(ContainerResources("c", limits={MLU_COUNT: "1", **limits}))
 
 
 def test_admission_only_reports_the_count_in_limits() -> None:

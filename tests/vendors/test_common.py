@@ -17,7 +17,6 @@ from hami_common.scheduling.reason import Reason, render_reasons
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import (
-    REFUSE,
     add_resource_usage,
     allocatable_count,
     count,
@@ -172,24 +171,37 @@ def test_count_from_limits_else_requests() -> None:
     assert count(ContainerResources("c", limits={"x/n": "2"}, requests={"x/n": "3"}), "x/n") == 2
     assert count(ContainerResources("c", requests={"x/n": "3"}), "x/n") == 3
     assert count(ContainerResources("c", limits={"x/n": "0"}), "x/n") is None
-    assert count(ContainerResources("c", limits={"x/n": "1500m"}), "x/n") is None
-    assert count(ContainerResources("c", limits={"x/n": str(2**31)}), "x/n") is None
+    assert count(ContainerResources("c"), "x/n") is None
 
 
-def test_whole_number_ranges_and_fractions() -> None:
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("1500m", "it is not a whole number"),
+        (str(2**31), "it is too large"),
+        ("-1", "it is negative"),
+        ("two", "it is not a quantity"),
+    ],
+)
+def test_a_count_that_cannot_be_read_is_refused_by_name_never_read_as_not_asking(text: str, why: str) -> None:
+    with pytest.raises(InvalidInput) as err:
+        count(ContainerResources("c", limits={"x/n": text}), "x/n")
+    assert str(err.value) == (
+        f"invalid x/n value {text!r} in container c: {why}; it must be a whole number from 0 to 2147483647"
+    )
+
+
+def test_whole_number_ranges_and_scales() -> None:
     c = ContainerResources("c", limits={"m": "16Gi", "f": "1.5", "n": "-1", "ok": "7"})
-    assert whole_number(c, "m") is REFUSE
-    assert whole_number(c, "f") is None
-    assert whole_number(c, "f", fraction_absent=False) is REFUSE
-    assert whole_number(c, "n") is REFUSE
-    assert whole_number(c, "ok", high=7) == 7
-    assert whole_number(c, "ok", high=6) is REFUSE
+    assert whole_number(c, "ok") == 7
     assert whole_number(c, "absent") is None
-
-
-def test_malformed_quantity_names_container_and_resource() -> None:
-    with pytest.raises(InvalidInput, match="container c: x/n"):
-        count(ContainerResources("c", limits={"x/n": "two"}), "x/n")
+    assert whole_number(ContainerResources("c", limits={"u": "8388607"}), "u", scale=256) == 8388607
+    for name, why in (("m", "too large"), ("f", "not a whole number"), ("n", "negative")):
+        with pytest.raises(InvalidInput, match=why):
+            whole_number(c, name)
+    # 8388608 units of 256 MiB is 2³¹ MiB: past int32 once scaled, and the message gives the range unscaled
+    with pytest.raises(InvalidInput, match=r"from 0 to 8388607$"):
+        whole_number(ContainerResources("c", limits={"u": "8388608"}), "u", scale=256)
 
 
 def test_device_request_percentage() -> None:

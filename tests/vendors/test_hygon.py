@@ -218,18 +218,30 @@ def test_uuid_annotations_are_hygons() -> None:
         ({DCU_COUNT: "1", DCU_CORES: "1", DCU_MEMORY: "1024"}, {}, req(1, 1024, 1)),
         ({DCU_COUNT: "1"}, {DCU_CORES: "1", DCU_MEMORY: "1024"}, req(1, 1024, 1)),
         ({DCU_COUNT: "1", DCU_CORES: "1"}, {}, req(1, 0, 1)),
-        ({DCU_COUNT: "1", DCU_MEMORY: "16Gi"}, {}, None),
-        ({DCU_COUNT: "1", DCU_CORES: "-1"}, {}, None),
     ],
 )
 def test_h4_requests(limits: dict[str, str], requests: dict[str, str], expected: DeviceRequest | None) -> None:
     assert FAMILY.request(ContainerResources("c", limits=limits, requests=requests)) == expected
 
 
-def test_count_only_is_exclusive_and_fraction_memory_is_absent() -> None:
+def test_count_only_is_exclusive() -> None:
     assert FAMILY.request(ContainerResources("c", limits={DCU_COUNT: "2"})) == req(2, 0, 100)
-    assert FAMILY.request(ContainerResources("c", limits={DCU_COUNT: "1", DCU_MEMORY: "1.5"})) == req(1, 0, 100)
     assert FAMILY.request(ContainerResources("c", limits={DCU_COUNT: "0"})) is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "why"),
+    [
+        ({DCU_COUNT: "1", DCU_MEMORY: "16Gi"}, "it is too large"),
+        ({DCU_COUNT: "1", DCU_CORES: "-1"}, "it is negative"),
+        ({DCU_COUNT: "1", DCU_MEMORY: "1.5"}, "it is not a whole number"),
+        ({DCU_COUNT: "2147483648"}, "it is too large"),
+    ],
+)
+def test_a_quantity_that_cannot_be_read_is_an_error_never_no_dcu(limits: dict[str, str], why: str) -> None:
+    """HAMi reads these as asking for no DCU, and the pod was bound with no placement; here they are refused."""
+    with pytest.raises(InvalidInput, match=f"{why}; it must be a whole number from 0 to 2147483647"):
+        FAMILY.request(ContainerResources("c", limits=limits))
 
 
 def test_memory_factor() -> None:
@@ -237,7 +249,8 @@ def test_memory_factor() -> None:
     r = doubled.request(ContainerResources("c", limits={DCU_COUNT: "1", DCU_MEMORY: "1024"}))
     assert r is not None
     assert r.memreq == 2048
-    assert doubled.request(ContainerResources("c", limits={DCU_COUNT: "1", DCU_MEMORY: str(2**30)})) is None
+    with pytest.raises(InvalidInput, match="it is too large; it must be a whole number from 0 to 1073741823"):
+        doubled.request(ContainerResources("c", limits={DCU_COUNT: "1", DCU_MEMORY: str(2**30)}))
     zero = HygonFamily(HygonConfig(memory_factor=0))
     r = zero.request(ContainerResources("c", limits={DCU_COUNT: "1", DCU_MEMORY: "1024"}))
     assert r is not None

@@ -357,6 +357,8 @@ FAMILY_RESOURCES = (B3.resource_name, B3.resource_memory_name, MLU_COUNT, MLU_ME
         pytest.param("12abc", "it is not a quantity", id="not a quantity"),
         pytest.param("-1", "it is negative", id="negative"),
         pytest.param("1500m", "it is not a whole number", id="a fraction"),
+        pytest.param("2147483648", "it is too large", id="past int32"),
+        pytest.param("3Gi", "it is too large", id="a unit on a count, past int32"),
     ],
 )
 @pytest.mark.parametrize("resource", [B3.resource_memory_name, MLU_MEMORY, DCU_COUNT])
@@ -368,8 +370,22 @@ def test_a_malformed_family_quantity_is_a_clear_400(
     assert response["allowed"] is False
     assert response["status"] == {
         "code": 400,
-        "message": f"invalid {resource} value {value!r} in container main: {why}; it must be a non-negative integer",
+        "message": f"invalid {resource} value {value!r} in container main: {why}; "
+        "it must be a whole number from 0 to 2147483647",
     }
+
+
+def test_a_family_memory_past_int32_once_in_mib_is_refused_with_the_range_in_its_own_unit(
+    vendors: ServedWebhook,
+) -> None:
+    """Cambricon's memory is in 256 MiB units: 8388608 of them is 2³¹ MiB, which HAMi's int32 cannot hold."""
+    response = vendors.admit(review(pod(container(limits={MLU_COUNT: "1", MLU_MEMORY: "8388608"}))))
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        f"invalid {MLU_MEMORY} value '8388608' in container main: it is too large; "
+        "it must be a whole number from 0 to 8388607"
+    )
+    assert vendors.admit(review(pod(container(limits={MLU_COUNT: "1", MLU_MEMORY: "8388607"}))))["allowed"] is True
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

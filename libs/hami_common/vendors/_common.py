@@ -35,7 +35,6 @@ API (all pure):
 from __future__ import annotations
 
 import dataclasses
-import enum
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -48,7 +47,7 @@ from hami_common.annotations.devices import ContainerDevice
 from hami_common.annotations.handshake import check_handshake, encode_handshake
 from hami_common.errors import InvalidInput
 from hami_common.quantity import as_int
-from hami_common.resources import ContainerResources, DeviceRequest
+from hami_common.resources import INT32_MAX, ContainerResources, DeviceRequest, checked_whole
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.reason import Reason
 from hami_common.scheduling.usage import DeviceUsage
@@ -57,10 +56,8 @@ from hami_common.scheduling.vendor import ContainerFit, FitContext
 __all__ = [
     "FULL_CORES",
     "INT32_MAX",
-    "REFUSE",
     "SHARED_LOCK_EXPIRY",
     "HandshakeOutcome",
-    "Refuse",
     "Walk",
     "add_resource_usage",
     "allocatable_count",
@@ -80,18 +77,8 @@ __all__ = [
 
 FULL_CORES: Final = 100
 FULL_PERCENTAGE: Final = 100
-INT32_MAX: Final = 2**31 - 1  # HAMi's request fields are int32
 # hami.io/mutex.lock, which Ascend and Hygon share with NVIDIA, counts as stale after five minutes (§2.7).
 SHARED_LOCK_EXPIRY: Final = timedelta(minutes=5)
-
-
-class Refuse(enum.Enum):
-    """A value that makes HAMi treat the whole container as not asking for the family."""
-
-    REFUSE = enum.auto()
-
-
-REFUSE: Final = Refuse.REFUSE
 
 
 # --- preferences -------------------------------------------------------------------------------------------
@@ -298,39 +285,19 @@ def handshake_verdict(key: str | None, value: str | None, now: datetime, allocat
 # --- request parsing ---------------------------------------------------------------------------------------
 
 
-def _exact(c: ContainerResources, resource: str) -> tuple[bool, int | None]:
-    """(present, exact integer or None for a fraction); a malformed quantity is InvalidInput naming it."""
-    text = c.quantity(resource)
-    if text is None:
-        return False, None
-    try:
-        return True, as_int(text)
-    except InvalidInput as err:
-        raise InvalidInput(f"container {c.name}: {resource}: {err}") from err
-
-
 def count(c: ContainerResources, resource: str) -> int | None:
-    """The device count from limits, else requests; None (not asking) unless a whole number in 1…2³¹-1."""
-    present, number = _exact(c, resource)
-    if not present or number is None or not 1 <= number <= INT32_MAX:
-        return None
-    return number
+    """The device count from limits, else requests; None when absent or 0 (not asking). A count that cannot
+    be read (:func:`~hami_common.resources.checked_whole`) is ``InvalidInput``: never "not asking"."""
+    text = c.quantity(resource)
+    return None if text is None else checked_whole(c.name, resource, text) or None
 
 
-def whole_number(
-    c: ContainerResources, resource: str, *, high: int = INT32_MAX, fraction_absent: bool = True
-) -> int | Refuse | None:
-    """A memory or cores quantity from limits, else requests.
-
-    None: absent (the family's default applies), also for a fraction when ``fraction_absent``; REFUSE: the
-    container counts as not asking for the family (outside 0…``high``, or a fraction otherwise).
-    """
-    present, number = _exact(c, resource)
-    if not present:
-        return None
-    if number is None:
-        return None if fraction_absent else REFUSE
-    return number if 0 <= number <= high else REFUSE
+def whole_number(c: ContainerResources, resource: str, *, scale: int = 1) -> int | None:
+    """A memory or cores quantity from limits, else requests; None when absent (the family's default
+    applies). ``scale``: what the value is multiplied by before it must fit HAMi's int32 (a memory factor or
+    unit); one that cannot be read is ``InvalidInput`` naming the resource and the range."""
+    text = c.quantity(resource)
+    return None if text is None else checked_whole(c.name, resource, text, scale=scale)
 
 
 def device_request(nums: int, word: str, memreq: int, cores: int) -> DeviceRequest:

@@ -48,13 +48,13 @@ class Nominations:
         self._drop(meta.uid)
         if change.type == "DELETED" or not node or pod.spec.node_name or meta.deletion_timestamp:
             return
-        request = self.request_of(pod)
-        if not request.has_devices:
-            return
         try:
+            request = self.request_of(pod)
             prefs = preferences_from_annotations(meta.annotations, meta.namespace, self.defaults)
         except InvalidInput:
             return  # Filter refuses it with the reason; it holds nothing meanwhile
+        if not request.has_devices:
+            return
         self._nodes[meta.uid] = node
         families = self.plan(request, meta.annotations, prefs)
         self._by_node.setdefault(node, {})[meta.uid] = Nominee(meta.uid, pod.spec.priority, request, prefs, families)

@@ -111,7 +111,10 @@ def protected(pod: Pod, budgets: Sequence[Budget]) -> bool:
 
 def _gpu_priority(pod: Pod, config: ResourceConfig) -> int:
     """HAMi's ``nvidia.com/priority`` of the pod: its most important container's (0 high, 1 low)."""
-    request: PodRequest = request_of(pod, config)
+    try:
+        request: PodRequest = request_of(pod, config)
+    except InvalidInput:  # a victim bound by another scheduler with a quantity we cannot read: the least important
+        return _HAMI_LOW_PRIORITY
     values = [c.priority for c in request.containers if c is not None and c.priority is not None]
     return min(values, default=_HAMI_LOW_PRIORITY)
 

@@ -37,10 +37,11 @@ from hami_common.envvars import (
     NVIDIA_VISIBLE_DEVICES,
 )
 from hami_common.errors import InvalidInput
-from hami_common.quantity import parse_quantity, value
+from hami_common.quantity import value
 from hami_common.resources import (
     ContainerResources,
     ResourceConfig,
+    checked_whole,
     container_request,
     is_exclusive,
     needs_default_gpu_num,
@@ -89,7 +90,6 @@ NO_CONTENT: Final = "there is no content to decode"
 RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
 EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
 SYS_ADMIN_ADDED: Final = "container {name} adds CAP_SYS_ADMIN"
-BAD_QUANTITY: Final = "invalid {resource} value {value!r} in container {name}: {why}; it must be a non-negative integer"
 
 HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
@@ -309,28 +309,30 @@ def _create(
 
 
 def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | None:
-    """Why a GPU quantity of this container cannot be honoured, or None.
+    """Why a managed quantity of this container cannot be honoured, or None.
 
-    The apiserver refuses such pods itself (quantities must parse; extended resources must be non-negative
-    integers), so HAMi never sees one; a cluster or emulator that lets one through would leave the pod pending
-    for ever, the extender failing on it at every try. The percentage has HAMi's own check and message. The
-    families' resources are extended resources too, so the same rule covers them, before any family parses.
+    HAMi parses every request field into an int32 and, where one does not fit (``gpumem: 3Gi`` is
+    3221225472 MiB), reads the container as asking for no device: the pod would then be bound with no
+    placement and served another pod's grant at Allocate. kube-apiserver lets such values through (they
+    are whole and non-negative), so the rule is ours: every managed resource of every configured family, in
+    limits and in requests, is a whole number from 0 to 2³¹-1, and stays in range once scaled (memoryFactor,
+    a vendor's memory unit). The message (``hami_common.resources.BAD_QUANTITY``) names the resource and the
+    accepted range.
     """
     config = policy.resources
     names = (config.count_name, config.memory_name, config.core_name, config.priority_name)
-    for name in names + family_resource_names(policy.families):
-        for source in (res.limits, res.requests):
-            text = source.get(name)
-            if text is None:
-                continue
-            try:
-                number = parse_quantity(text)
-            except InvalidInput:
-                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is not a quantity")
-            if number < 0:
-                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is negative")
-            if number.denominator != 1:
-                return BAD_QUANTITY.format(resource=name, value=text, name=res.name, why="it is not a whole number")
+    try:
+        for name in names + family_resource_names(policy.families):
+            for source in (res.limits, res.requests):
+                text = source.get(name)
+                if text is not None:
+                    checked_whole(res.name, name, text)
+        container_request(res, config)  # the scaled ranges, as the extender reads them
+        for family in policy.families:
+            if any(name in res.limits or name in res.requests for name in family.resource_names):
+                family.request(res)
+    except InvalidInput as err:
+        return str(err)
     return None
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hami_common.errors import InvalidInput
 from hami_common.quantity import value
 from hami_common.resources import ContainerResources, DeviceRequest
-from hami_common.vendors._common import INT32_MAX, REFUSE, count, device_request, whole_number
+from hami_common.vendors._common import count, device_request, whole_number
 from hami_common.vendors._family import Admission
 from hami_common.vendors.ascend.config import ChipConfig, Template
 from hami_common.vendors.ascend.keys import (
@@ -111,21 +111,14 @@ def admit(chip: ChipConfig, c: ContainerResources, pod_annotations: Mapping[str,
 def parse_request(chip: ChipConfig, c: ContainerResources) -> DeviceRequest | None:
     """HAMi's ``GenerateResourceRequests`` (§1.4); None when the container does not ask for this model.
 
-    Memory is MiB (so ``16Gi`` is far beyond int32 and refused), times ``memoryFactor`` when that is > 1;
-    a fraction counts as no memory (the whole card). Cores must be 0…2³¹-1.
+    Memory is MiB, times ``memoryFactor`` when that is > 1, and must then fit int32 (so ``16Gi`` is
+    refused); cores 0…2³¹-1. Every quantity named is read, asked or not: one that cannot be is
+    ``InvalidInput`` naming it, never "not asking".
     """
     nums = count(c, chip.resource_name)
+    memory = whole_number(c, chip.resource_memory_name, scale=max(chip.memory_factor, 1))
+    cores = whole_number(c, chip.resource_core_name) if chip.resource_core_name else None
     if nums is None:
         return None
-    memory = whole_number(c, chip.resource_memory_name)
-    if memory is REFUSE:
-        return None
-    memreq = 0 if memory is None else memory
-    if chip.memory_factor > 1:
-        memreq *= chip.memory_factor
-        if memreq > INT32_MAX:
-            return None
-    cores = whole_number(c, chip.resource_core_name) if chip.resource_core_name else None
-    if cores is REFUSE:
-        return None
+    memreq = 0 if memory is None else memory * max(chip.memory_factor, 1)
     return device_request(nums, chip.common_word, memreq, 0 if cores is None else cores)

@@ -14,8 +14,6 @@ from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import (
     FULL_CORES,
-    INT32_MAX,
-    REFUSE,
     count,
     device_request,
     family_preferences,
@@ -44,7 +42,6 @@ from hami_common.vendors.cambricon.keys import (
 __all__ = ["CambriconFamily", "devices_from_capacity", "dsmlu_profile"]
 
 SLOTS_PER_MLU = 100  # each invented card takes up to 100 sharers: its slots are its cores
-_MAX_UNITS = INT32_MAX // MEMORY_UNIT  # HAMi refuses memory whose MiB would not fit int32
 
 
 def _capacity(node: NodeView, resource: str) -> int:
@@ -148,14 +145,12 @@ class CambriconFamily:
         )
 
     def request(self, container: ContainerResources) -> DeviceRequest | None:
-        """Count, memory in 256 MiB units (0…8388607, else no request) and cores (absent or a fraction: 100)."""
+        """Count, memory in 256 MiB units (MiB must fit int32) and cores (absent: 100). Every quantity named
+        is read, asked or not: one that cannot be is ``InvalidInput`` naming it, never "no MLU"."""
         nums = count(container, self.config.resource_count_name)
-        if nums is None:
-            return None
-        units = whole_number(container, self.config.resource_memory_name, high=_MAX_UNITS, fraction_absent=False)
+        units = whole_number(container, self.config.resource_memory_name, scale=MEMORY_UNIT)
         cores = whole_number(container, self.config.resource_core_name)
-        # HAMi would cast a negative or huge core count to int32 and book garbage; we refuse it instead.
-        if units is REFUSE or cores is REFUSE:
+        if nums is None:
             return None
         memreq = 0 if units is None else units * MEMORY_UNIT
         return device_request(nums, MLU, memreq, FULL_CORES if cores is None else cores)

@@ -13,8 +13,6 @@ from hami_common.scheduling.usage import DeviceUsage, NodeUsage, device_usage_fr
 from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import (
     FULL_CORES,
-    INT32_MAX,
-    REFUSE,
     SHARED_LOCK_EXPIRY,
     count,
     device_request,
@@ -92,19 +90,15 @@ class HygonFamily:
         )
 
     def request(self, container: ContainerResources) -> DeviceRequest | None:
-        """Count 1…2³¹-1; memory MiB × memoryFactor ≤ 2³¹-1 (a fraction: absent); cores 0…2³¹-1 (absent or a
-        fraction: 100). Anything out of range means the container asks for no DCU, as in HAMi."""
+        """Count, memory MiB × memoryFactor ≤ 2³¹-1, cores 0…2³¹-1 (absent: 100). Every quantity named is
+        read, asked or not: one that cannot be is ``InvalidInput`` naming it, never "no DCU"."""
         c = self.config
         nums = count(container, c.resource_count_name)
+        mib = whole_number(container, c.resource_memory_name, scale=c.factor)
+        cores = whole_number(container, c.resource_core_name)
         if nums is None:
             return None
-        mib = whole_number(container, c.resource_memory_name)
-        cores = whole_number(container, c.resource_core_name)
-        if mib is REFUSE or cores is REFUSE:
-            return None
         memreq = 0 if mib is None else mib * c.factor
-        if memreq > INT32_MAX:
-            return None
         return device_request(nums, DCU, memreq, FULL_CORES if cores is None else cores)
 
     def node_devices(self, node: NodeView) -> tuple[DeviceUsage, ...]:
