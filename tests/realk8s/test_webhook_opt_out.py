@@ -129,3 +129,23 @@ def test_gpu_memory_the_apiserver_writes_with_a_suffix_is_admitted(registered: C
     made = _create(registered, TENANT, _labelled(fine, {}), dry_run=True)
     assert made["spec"]["containers"][0]["resources"]["limits"][GPU_MEMORY] == "3k"
     assert made["spec"]["schedulerName"] == SCHEDULER
+
+
+def test_a_gpu_pod_or_debugger_adding_all_capabilities_is_refused(registered: ControlPlane) -> None:
+    """``capabilities.add: [all]`` includes CAP_SYS_ADMIN (issue 28 item 3): refused on a GPU pod, and on a
+    debugger attached to one through pods/ephemeralcontainers, as kube-apiserver sends them to the webhook."""
+    ctr = container(limits={GPU: "1"})
+    ctr["securityContext"] = {"capabilities": {"add": ["all"]}}
+    with pytest.raises(ApiError) as refused:
+        _create(registered, TENANT, _labelled(pod(ctr, name="all-caps", namespace=TENANT), {}), dry_run=True)
+    assert refused.value.status == 403
+    assert "container main adds CAP_SYS_ADMIN (capabilities.add 'all' is every capability)" in str(refused.value)
+    _create(registered, TENANT, _labelled(pod(container(limits={GPU: "1"}), name="all-debugged", namespace=TENANT), {}))
+    debugger = {"name": "debugger", "image": "busybox", "securityContext": {"capabilities": {"add": ["ALL"]}}}
+    path = f"/api/v1/namespaces/{TENANT}/pods/all-debugged/ephemeralcontainers"
+    with pytest.raises(ApiError) as refused:
+        registered.request(
+            "PATCH", path, {"spec": {"ephemeralContainers": [debugger]}}, "application/strategic-merge-patch+json"
+        )
+    assert refused.value.status == 403
+    assert "ephemeral container debugger adds CAP_SYS_ADMIN" in str(refused.value)

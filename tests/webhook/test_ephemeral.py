@@ -41,6 +41,11 @@ CPU_POD = pod(container(limits={"cpu": "1"}), scheduler="default-scheduler")
         pytest.param(debugger(privileged=True), "ephemeral container debugger is privileged", id="privileged"),
         pytest.param(debugger(add=["SYS_ADMIN"]), "ephemeral container debugger adds CAP_SYS_ADMIN", id="SYS_ADMIN"),
         pytest.param(debugger(add=["cap_sys_admin"]), "ephemeral container debugger adds CAP_SYS_ADMIN", id="cap_"),
+        pytest.param(
+            debugger(add=["NET_ADMIN", "all"]),
+            "ephemeral container debugger adds CAP_SYS_ADMIN (capabilities.add 'all' is every capability)",
+            id="all",
+        ),
     ],
 )
 def test_an_escalating_ephemeral_container_added_to_a_gpu_pod_is_denied(
@@ -76,3 +81,23 @@ def test_a_gpu_pod_whose_container_adds_cap_sys_admin_is_denied(webhook: ServedW
     response = webhook.admit(review(pod(ctr)))
     assert response["allowed"] is False
     assert response["status"]["message"] == "container main adds CAP_SYS_ADMIN"
+
+
+@pytest.mark.parametrize("written", ["ALL", "all", "All", "CAP_ALL"])
+def test_a_gpu_pod_whose_container_adds_all_capabilities_is_denied(webhook: ServedWebhook, written: str) -> None:
+    """``ALL`` (any case: the runtimes compare it so) is every capability, CAP_SYS_ADMIN among them (issue 28
+    item 3): it was allowed, though it lets the container remount the interposer's preload away."""
+    ctr = container(limits={GPU: "1"})
+    ctr["securityContext"] = {"capabilities": {"add": [written]}}
+    response = webhook.admit(review(pod(ctr)))
+    assert response["allowed"] is False
+    assert response["status"]["message"] == (
+        f"container main adds CAP_SYS_ADMIN (capabilities.add {written!r} is every capability)"
+    )
+
+
+def test_a_cpu_pod_may_add_all_capabilities(webhook: ServedWebhook) -> None:
+    """The rule guards GPU pods only: a CPU pod's capabilities are the cluster's PodSecurity business."""
+    ctr = container(limits={"cpu": "1"})
+    ctr["securityContext"] = {"capabilities": {"add": ["ALL"]}}
+    assert webhook.admit(review(pod(ctr, scheduler=None)))["allowed"] is True

@@ -50,7 +50,7 @@ from hami_common.resources import (
 from hami_common.scheduling.quota import NamespaceQuota
 from hami_common.vendors import DeviceFamily
 from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, render_patch
-from hami_webhook.podview import ContainerSpec, EnvVar, PodView, decode_pod
+from hami_webhook.podview import SYS_ADMIN, ContainerSpec, EnvVar, PodView, decode_pod
 from hami_webhook.reserved import touched_reserved_annotation
 from hami_webhook.review import AdmissionRequest, is_empty
 from hami_webhook.vendors import (
@@ -90,6 +90,7 @@ NO_CONTENT: Final = "there is no content to decode"
 RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
 EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
 SYS_ADMIN_ADDED: Final = "container {name} adds CAP_SYS_ADMIN"
+ALL_ADDED: Final = "container {name} adds CAP_SYS_ADMIN (capabilities.add {written!r} is every capability)"
 
 HTTP_OK: Final = 200
 HTTP_BAD_REQUEST: Final = 400
@@ -217,8 +218,10 @@ def _escalation(ctr: ContainerSpec) -> str | None:
     """Why a container may not run in a GPU pod, or None: it escapes the isolation the interposer relies on."""
     if ctr.privileged:
         return PRIVILEGED.format(name=ctr.name)
-    if ctr.adds_sys_admin:
-        return SYS_ADMIN_ADDED.format(name=ctr.name)
+    added = ctr.added_sys_admin
+    if added is not None:
+        plain = added.upper().removeprefix("CAP_") == SYS_ADMIN
+        return SYS_ADMIN_ADDED.format(name=ctr.name) if plain else ALL_ADDED.format(name=ctr.name, written=added)
     return None
 
 

@@ -13,6 +13,7 @@ from hami_common.errors import InvalidInput
 from hami_common.resources import ContainerResources
 
 __all__ = [
+    "ALL_CAPABILITIES",
     "POD_API_VERSION",
     "POD_KIND",
     "SYS_ADMIN",
@@ -30,6 +31,7 @@ __all__ = [
 POD_API_VERSION = "v1"
 POD_KIND = "Pod"
 SYS_ADMIN = "SYS_ADMIN"  # a capability as securityContext.capabilities names it (with or without CAP_)
+ALL_CAPABILITIES = "ALL"  # the runtimes' word for every capability (any case), CAP_SYS_ADMIN among them
 # Far beyond any quantity the apiserver stores; longer digit strings would not even convert to int.
 MAX_QUANTITY_LENGTH = 64
 
@@ -70,11 +72,16 @@ class ContainerSpec(_Wire, frozen=True):
         return self.security_context is not None and self.security_context.privileged is True
 
     @property
-    def adds_sys_admin(self) -> bool:
-        """CAP_SYS_ADMIN lets a container remount what the device plugin mounted (the interposer's preload)."""
+    def added_sys_admin(self) -> str | None:
+        """How the container adds CAP_SYS_ADMIN (the name it wrote: ``SYS_ADMIN``, ``cap_sys_admin``, or
+        ``ALL`` in any case, which the runtimes expand to every capability), or None. CAP_SYS_ADMIN lets a
+        container remount what the device plugin mounted (the interposer's preload)."""
         ctx = self.security_context
         added = ctx.capabilities.add if ctx is not None and ctx.capabilities is not None else None
-        return any(cap.upper().removeprefix("CAP_") == SYS_ADMIN for cap in added or ())
+        for cap in added or ():
+            if cap.upper().removeprefix("CAP_") in (SYS_ADMIN, ALL_CAPABILITIES):
+                return cap
+        return None
 
     def as_resources(self) -> ContainerResources:
         """The limits and requests in the form :mod:`hami_common.resources` reads."""
