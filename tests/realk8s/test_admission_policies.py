@@ -75,7 +75,12 @@ def policies(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> I
     # what the aggregated ClusterRole "edit" grants on pods (aggregation needs kube-controller-manager)
     role = {
         "metadata": {"name": "pod-editor"},
-        "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "patch", "update"]}],
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get", "list", "patch", "update"]},
+            # more than "edit" grants, as a cluster's own controller accounts may hold: the keys stay guarded
+            {"apiGroups": [""], "resources": ["pods/status"], "verbs": ["patch", "update"]},
+            {"apiGroups": [""], "resources": ["pods/binding"], "verbs": ["create"]},
+        ],
     }
     plane.create("rbac.authorization.k8s.io", "v1", "roles", TENANT_NS, role)
     binding = {
@@ -181,6 +186,49 @@ def test_a_tenant_cannot_add_change_or_remove_what_the_scheduler_wrote(
     assert stored["labels"][VGPU_NODE] == "p1"
 
 
+def test_pods_status_and_pods_binding_cannot_write_what_the_scheduler_owns(
+    plane: ControlPlane, policies: dict[str, str]
+) -> None:
+    """Issue 28 item 7: an account with pods/status rights erased the signed grant, wrote a to-allocate list
+    and dropped the hami.io/vgpu-node label; kube-apiserver also copies a Binding's annotations onto the pod.
+    Both subresources are guarded now, and a plain Binding (what kube-scheduler posts) still binds."""
+    tenant, scheduler = policies["tenant"], policies["scheduler"]
+    _create(plane, tenant, _pod("held"))
+    grant = {VGPU_NODE: "p1", DEVICES_ALLOCATED: "GPU-0,NVIDIA,3000,0:;", GRANT_SIGNATURE: "v1.c2lnbmVk"}
+    _patch(plane, scheduler, "held", {"metadata": {"annotations": grant, "labels": {VGPU_NODE: "p1"}}})
+    status = f"/api/v1/namespaces/{TENANT_NS}/pods/held/status"
+    for patch in (
+        {"metadata": {"annotations": {GRANT_SIGNATURE: None}}},
+        {"metadata": {"annotations": {DEVICES_TO_ALLOCATE: FORGED}}},
+        {"metadata": {"labels": {VGPU_NODE: None}}},
+    ):
+        message = _refused(lambda patch=patch: plane.request_as(tenant, "PATCH", status, patch, MERGE))
+        assert "written by the HAMi scheduler only" in message
+    # the status itself is still the status writer's
+    plane.request_as(tenant, "PATCH", status, {"status": {"conditions": []}}, MERGE)
+    stored = plane.request("GET", f"/api/v1/namespaces/{TENANT_NS}/pods/held")["metadata"]
+    assert stored["annotations"][GRANT_SIGNATURE] == grant[GRANT_SIGNATURE]
+    assert stored["labels"][VGPU_NODE] == "p1"
+    assert DEVICES_TO_ALLOCATE not in stored["annotations"]
+
+    def bind(name: str, annotations: dict[str, str]) -> Json:
+        body = {
+            "apiVersion": "v1",
+            "kind": "Binding",
+            "metadata": {"name": name, **({"annotations": annotations} if annotations else {})},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": "p1"},
+        }
+        return plane.request_as(tenant, "POST", f"/api/v1/namespaces/{TENANT_NS}/pods/{name}/binding", body)
+
+    _create(plane, tenant, _pod("bound-with-a-grant"))
+    message = _refused(lambda: bind("bound-with-a-grant", {DEVICES_TO_ALLOCATE: FORGED, DEVICES_ALLOCATED: FORGED}))
+    assert "written by the HAMi scheduler only" in message
+    assert not plane.request("GET", f"/api/v1/namespaces/{TENANT_NS}/pods/bound-with-a-grant")["spec"].get("nodeName")
+    _create(plane, tenant, _pod("plain-bind", gpu=False))
+    bind("plain-bind", {})
+    assert plane.request("GET", f"/api/v1/namespaces/{TENANT_NS}/pods/plain-bind")["spec"]["nodeName"] == "p1"
+
+
 def test_the_node_account_writes_only_its_own_node_and_the_pods_bound_to_it(
     plane: ControlPlane, policies: dict[str, str]
 ) -> None:
@@ -196,6 +244,20 @@ def test_the_node_account_writes_only_its_own_node_and_the_pods_bound_to_it(
     plane.request_as(mine, "PATCH", "/api/v1/nodes/p1", node_mark, MERGE)
     message = _refused(lambda: plane.request_as(mine, "PATCH", "/api/v1/nodes/p2", node_mark, MERGE))
     assert "may write only that Node" in message
+
+    # on its own Node, annotations only (issue 28 item 8): not its taints, nor labels NodeRestriction keeps
+    # even from the kubelet
+    taint = {"key": "maintenance", "value": "yes", "effect": "NoSchedule"}
+    plane.request("PATCH", "/api/v1/nodes/p1", {"spec": {"taints": [taint]}}, MERGE)
+    for patch in (
+        {"spec": {"taints": None}},
+        {"spec": {"unschedulable": True}},
+        {"metadata": {"labels": {"node-restriction.kubernetes.io/gpu-pool": "premium"}}},
+    ):
+        message = _refused(lambda patch=patch: plane.request_as(mine, "PATCH", "/api/v1/nodes/p1", patch, MERGE))
+        assert "write only annotations of their Node" in message
+    assert plane.request("GET", "/api/v1/nodes/p1")["spec"]["taints"] == [taint]
+    plane.request("PATCH", "/api/v1/nodes/p1", {"spec": {"taints": None}}, MERGE)
 
     # a token not bound to a node (no node-name claim) writes nothing; reading is still RBAC's business
     message = _refused(lambda: _patch(plane, unbound, "on-p1", mark))
