@@ -146,3 +146,34 @@ async def test_a_tenant_pod_that_writes_a_vendors_placement_annotation_is_refuse
         assert key in done.stderr, done.stderr
         absent = await asyncio.to_thread(_kubectl, k8s, vendor_cluster, "get", "pod", "-n", "default", name)
         assert absent.returncode != 0
+        await _every_admission_rule_covers(vendor_cluster, k8s, tmp_path, family)
+
+
+async def _every_admission_rule_covers(
+    cluster: LocalCluster, k8s: K8sBinaries, tmp_path: Path, family: DeviceFamily
+) -> None:
+    """Issue 28 item 2 (and items 1a and 3 for this family): a vendor pod is under the same rules as an NVIDIA
+    one. Each pod below is refused by kube-apiserver, through our webhook or the deployed policies."""
+    resource = family.resource_names[0]
+    word = family.word.lower()
+    plain = {"name": "main", "image": "busybox", "resources": {"limits": {resource: 1}}}
+    refused = {
+        # a vendor pod already placed on a node would skip the scheduler and its grant
+        f"placed-{word}": ({"nodeName": "gpu-node-0", "containers": [plain]}, "node"),
+        f"privileged-{word}": ({"containers": [{**plain, "securityContext": {"privileged": True}}]}, "privileged"),
+        f"allcaps-{word}": (
+            {"containers": [{**plain, "securityContext": {"capabilities": {"add": ["ALL"]}}}]},
+            "CAP_SYS_ADMIN",
+        ),
+        f"huge-{word}": (
+            {"containers": [{**plain, "resources": {"limits": {resource: "2147483648"}}}]},
+            "it must be a whole number from 0 to 2147483647",
+        ),
+    }
+    for name, (spec, said) in refused.items():
+        manifest = tmp_path / f"{name}.yaml"
+        body = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "default"}, "spec": spec}
+        manifest.write_text(yaml.safe_dump(body))
+        done = await asyncio.to_thread(_kubectl, k8s, cluster, "apply", "-f", str(manifest))
+        assert done.returncode != 0, f"{family.word}: {name} was created"
+        assert said in done.stderr, (name, done.stderr)
