@@ -74,6 +74,7 @@ def webhook_process(tls_files: TlsFiles, enough_files: None) -> Iterator[tuple[s
         "--host", "127.0.0.1", "--port", str(port), "--tls-cert-file", str(tls_files.cert),
         "--tls-key-file", str(tls_files.key), "--no-watch-cluster", "--no-publish-events",
         "--max-connections", str(MAX_CONNECTIONS), "--read-timeout", str(READ_TIMEOUT_S),
+        "--handshake-timeout", str(READ_TIMEOUT_S),
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
@@ -177,3 +178,73 @@ def test_a_request_head_past_the_header_budget_is_refused_and_dropped(
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 400 "), answer[:200]
     assert HEADERS_TOO_LARGE.encode() in answer
+
+
+async def _half_open(port: int, hello: bytes, held: list[asyncio.StreamWriter]) -> asyncio.StreamReader | None:
+    """A TCP connection that starts (or never starts) a TLS handshake and never finishes it."""
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    except OSError:
+        return None
+    held.append(writer)
+    if hello:
+        writer.write(hello)
+        with contextlib.suppress(OSError):
+            await writer.drain()
+    return reader
+
+
+def test_connections_that_never_finish_the_tls_handshake_count_against_the_cap_and_are_dropped(
+    webhook_process: tuple[subprocess.Popen[bytes], str], tls_files: TlsFiles
+) -> None:
+    """Issue 28 item 4: a connection still in its TLS handshake escaped the cap and the read deadline and
+    lived for the event loop's 60 s handshake timeout; 6,000 of them raised the webhook's memory from 75 to
+    412 MiB. Now it is under the cap from the moment it is accepted (the oldest is dropped for a newcomer), and
+    its handshake has its own short deadline. Half of these send nothing, half a truncated ClientHello."""
+    process, url = webhook_process
+    tls = ssl.create_default_context(cafile=str(tls_files.cert))
+    with httpx.Client(verify=tls, timeout=30.0) as client:
+
+        def up() -> bool:
+            assert process.poll() is None, process.communicate()[0].decode()
+            try:
+                return client.get(url + "/readyz").status_code == 200
+            except httpx.TransportError:
+                return False
+
+        eventually_sync(up, what="hami-webhook listening")
+        before = _rss(process.pid)
+        port = int(url.rsplit(":", 1)[1])
+        truncated_hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40
+
+        async def attack() -> tuple[int, int, int]:
+            held: list[asyncio.StreamWriter] = []
+            readers: list[asyncio.StreamReader] = []
+            for start in range(0, CONNECTIONS, 200):
+                opened = await asyncio.gather(
+                    *(_half_open(port, truncated_hello if i % 2 else b"", held) for i in range(start, start + 200))
+                )
+                readers.extend(r for r in opened if r is not None)
+            admitted = await asyncio.to_thread(_admits, client, url)
+            grown = _rss(process.pid) - before
+            assert admitted
+            # at the cap the oldest are dropped as newcomers arrive: well before any handshake deadline, all but
+            # the newest MAX_CONNECTIONS are closed (with the loop's own 60 s timeout, none was)
+            evicted = 0
+            for _ in range(100):
+                await asyncio.sleep(0.1)
+                evicted = sum(r.at_eof() for r in readers)
+                if evicted >= len(readers) - MAX_CONNECTIONS:
+                    break
+            # and the rest are dropped by their handshake deadline
+            await asyncio.wait_for(asyncio.gather(*(_dropped(r) for r in readers)), GIVE_UP_S)
+            for writer in held:
+                writer.close()
+            return len(readers), evicted, grown
+
+        opened, evicted, grown = asyncio.run(attack())
+        assert opened == CONNECTIONS
+        assert evicted >= CONNECTIONS - MAX_CONNECTIONS, f"only {evicted} of {opened} half-open connections dropped"
+        assert grown < RSS_GROWTH_BOUND, f"RSS grew by {grown // 1024} KiB holding {CONNECTIONS} handshakes"
+        assert process.poll() is None
+        assert _admits(client, url)

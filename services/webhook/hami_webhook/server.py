@@ -31,6 +31,12 @@ class WebhookServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # connections still in their TLS handshake are ours alone (uvicorn never saw them): drop them first
+        if isinstance(self.config, GuardedConfig):
+            self.config.guard.drop_all("shutting down")
+        await super().shutdown(sockets)
+
 
 def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, ReloadingCertificate | None]:
     config = GuardedConfig(
@@ -50,7 +56,7 @@ def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, Re
     if settings.tls_cert_file:
         key = Path(settings.tls_key_file) if settings.tls_key_file else None
         cert = ReloadingCertificate(Path(settings.tls_cert_file), key)
-        config.ssl = cert.context
+        config.tls = cert.context  # each connection's handshake is the guard's (hami_webhook.connections)
     return config, cert
 
 

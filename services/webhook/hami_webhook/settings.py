@@ -57,6 +57,7 @@ class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings):
     max_body_bytes: int = setting(MAX_BODY_BYTES, "largest AdmissionReview accepted")
     max_connections: int = setting(1024, "open connections at most; at the cap the oldest idle one is dropped")
     read_timeout: float = setting(10.0, "seconds a connection has to deliver a whole request (after TLS or an answer)")
+    handshake_timeout: float = setting(5.0, "seconds a new connection has to finish its TLS handshake")
     keep_alive_timeout: float = setting(5.0, "seconds an idle keep-alive connection is kept (whole seconds)")
     max_header_bytes: int = setting(64 * 1024, "largest request head (request line and headers) accepted")
 
@@ -64,6 +65,7 @@ class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings):
         return ConnectionLimits(
             max_connections=self.max_connections,
             read_timeout=self.read_timeout,
+            handshake_timeout=self.handshake_timeout,
             keep_alive_timeout=self.keep_alive_timeout,
             max_header_bytes=self.max_header_bytes,
         )
