@@ -330,7 +330,8 @@ def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | Non
                 text = source.get(name)
                 if text is not None:
                     checked_whole(res.name, name, text)
-        container_request(res, config)  # the scaled ranges, as the extender reads them
+        if config.memory_factor > 1:  # memory past int32 once scaled, as the extender reads it
+            container_request(res, config)
         for family in policy.families:
             if any(name in res.limits or name in res.requests for name in family.resource_names):
                 family.request(res)
