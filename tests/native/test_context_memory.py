@@ -183,3 +183,18 @@ def test_the_stub_reports_contexts_in_every_process_list_version(plain_probe: Pr
         "init", "ctx:0", "alloc:100m", f"procmem:{version}", "ctxdestroy", f"procmem:{version}", env=env
     )
     assert [r.num("bytes") for r in run.of("procmem")] == [2 * CONTEXT + 100 * MiB, CONTEXT + 100 * MiB]
+
+
+def test_when_nvml_reports_no_per_process_memory_the_context_is_charged_what_the_device_gained(
+    probe: Probe, cache: Path
+) -> None:
+    """Issue 28 item 10: a driver may list processes with usedGpuMemory NVML_VALUE_NOT_AVAILABLE (2^64-1).
+    Taken as a figure it made every context look enormous, so the first allocation was refused; the charge is
+    now what the device's used memory gained while the context was created, and the limit still holds."""
+    env = {**LIMIT_1G, "VGPU_STUB_PROCESS_MEMORY_NA": "1"}
+    run = probe.run("init", "alloc:100m", "alloc:700m", "alloc:100m", env=env)
+    assert [a.rc for a in run.of("alloc")] == [0, OOM, 0]  # 100m + 300m context fit; +700m would pass 1g
+    assert len(run.log_lines("does not report per-process memory")) == 1
+    slot = _held(probe, cache, "init", "alloc:100m", env=env)
+    assert slot.context_size[0] == CONTEXT
+    assert slot.total[0] == CONTEXT + 100 * MiB

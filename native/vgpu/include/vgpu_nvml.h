@@ -37,6 +37,10 @@ typedef struct nvmlMemory_v2_st {
     unsigned long long used;
 } nvmlMemory_v2_t;
 
+/* nvml.h's NVML_VALUE_NOT_AVAILABLE as a process's usedGpuMemory holds it: the driver cannot tell (WDDM, some
+ * virtualised and MIG setups). Named apart so that this header and nvml.h never define one name twice. */
+#define VGPU_NVML_MEMORY_NOT_AVAILABLE (~0ULL)
+
 typedef struct nvmlProcessInfo_v1_st {
     unsigned int pid;
     unsigned long long usedGpuMemory;

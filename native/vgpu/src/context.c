@@ -35,6 +35,8 @@ struct listing {
     unsigned count;
     bool ok;
     nvmlProcessInfo_v1_t infos[MAX_LISTED];
+    bool device_ok; /* device_used was read */
+    unsigned long long device_used;
 };
 
 struct created_ctx {
@@ -81,11 +83,22 @@ static void list_processes(int dev, struct listing *out) {
         !HAVE_REAL(nvmlDeviceGetComputeRunningProcesses) ||
         REAL(nvmlDeviceGetHandleByIndex_v2)((unsigned)idx, &h) != NVML_SUCCESS)
         return;
+    nvmlMemory_t memory;
+    out->device_ok = HAVE_REAL(nvmlDeviceGetMemoryInfo) && REAL(nvmlDeviceGetMemoryInfo)(h, &memory) == NVML_SUCCESS;
+    out->device_used = out->device_ok ? memory.used : 0;
     unsigned count = MAX_LISTED;
     if (REAL(nvmlDeviceGetComputeRunningProcesses)(h, &count, out->infos) != NVML_SUCCESS)
         return;
     out->count = count < MAX_LISTED ? count : MAX_LISTED;
     out->ok = true;
+}
+
+/* Whether every listed process's memory is a figure (not NVML_VALUE_NOT_AVAILABLE). */
+static bool figures(const struct listing *l) {
+    for (unsigned i = 0; i < l->count; i++)
+        if (l->infos[i].usedGpuMemory == VGPU_NVML_MEMORY_NOT_AVAILABLE)
+            return false;
+    return true;
 }
 
 static const nvmlProcessInfo_v1_t *find_pid(const struct listing *l, unsigned pid) {
@@ -126,8 +139,21 @@ static uint64_t listed_total(const struct listing *l) {
 /* Bytes the context just created on dev holds, as the driver reports them; an upper bound when our entry
  * cannot be told apart; 0 when NVML lists nothing. */
 static uint64_t sample_context(int dev) {
-    static bool warned;
+    static bool warned, warned_na;
     list_processes(dev, &after);
+    if ((after.ok && !figures(&after)) || (before.ok && !figures(&before))) {
+        /* The driver lists processes without their memory: taken as a figure, NOT_AVAILABLE (2^64-1) would
+         * make every context look enormous and be refused. The device's used memory still counts it. */
+        if (!warned_na)
+            vgpu_log(VGPU_LOG_WARN, "device %d: NVML does not report per-process memory (NOT_AVAILABLE); a "
+                     "context is charged the memory the device gained while it was created", dev);
+        warned_na = true;
+        if (after.ok)
+            (void)our_entry(); /* still learns our host PID, which the monitor maps processes by */
+        return before.device_ok && after.device_ok && after.device_used > before.device_used
+                   ? after.device_used - before.device_used
+                   : 0;
+    }
     const nvmlProcessInfo_v1_t *e = after.ok ? our_entry() : NULL;
     if (!e) {
         uint64_t was = before.ok ? listed_total(&before) : 0, now = after.ok ? listed_total(&after) : 0;

@@ -177,7 +177,8 @@ static void find_host_pid(struct vgpu_slot *me) {
         for (unsigned i = 0; i < count && i < MAX_PROCS_LISTED; i++) {
             if (infos[i].pid == (unsigned)getpid())
                 host_pid = (int32_t)infos[i].pid;
-            if (host_pid && infos[i].pid == (unsigned)host_pid)
+            if (host_pid && infos[i].pid == (unsigned)host_pid &&
+                infos[i].usedGpuMemory != VGPU_NVML_MEMORY_NOT_AVAILABLE) /* unknown: left as it was */
                 VGPU_STORE(&me->monitorused[d], infos[i].usedGpuMemory);
         }
     }

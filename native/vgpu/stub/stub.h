@@ -20,6 +20,8 @@
  *                        per-process usedGpuMemory and in the device's used memory, as on a real GPU
  *   VGPU_STUB_LIST_AFTER_CONTEXT  1: NVML lists this process only while it holds a context (a real
  *                        driver's behaviour); default 0 lists it from cuInit on
+ *   VGPU_STUB_PROCESS_MEMORY_NA  1: NVML lists processes with usedGpuMemory NVML_VALUE_NOT_AVAILABLE (as
+ *                        drivers under WDDM or some virtualisation do); the device's used memory still counts
  */
 #ifndef VGPU_STUB_H
 #define VGPU_STUB_H
@@ -40,6 +42,7 @@ struct stub_config {
     int hide_process;
     uint64_t context_size;
     int list_after_context;
+    int process_memory_na;
     /* the utilisation model, in nanoseconds */
     uint64_t kernel_ns;
     uint64_t queue_ns;

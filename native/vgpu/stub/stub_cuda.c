@@ -106,6 +106,8 @@ static void load_config(void) {
     cfg.context_size = parse_size(knob("VGPU_STUB_CONTEXT_SIZE", buf, sizeof buf), 0);
     v = knob("VGPU_STUB_LIST_AFTER_CONTEXT", buf, sizeof buf);
     cfg.list_after_context = v ? atoi(v) : 0;
+    v = knob("VGPU_STUB_PROCESS_MEMORY_NA", buf, sizeof buf);
+    cfg.process_memory_na = v ? atoi(v) : 0;
     v = knob("VGPU_STUB_FAIL", buf, sizeof buf);
     snprintf(fail_spec, sizeof fail_spec, "%s", v ? v : "");
     for (int d = 0; d < MAX_DEV; d++)

@@ -94,7 +94,11 @@ static int listed(void) {
 }
 
 /* A process's memory as nvidia-smi shows it: its allocations plus its contexts. */
-static unsigned long long process_memory(int dev) { return stub_used_bytes(dev) + stub_context_bytes(dev); }
+static unsigned long long process_memory(int dev) {
+    if (stub_config()->process_memory_na)
+        return VGPU_NVML_MEMORY_NOT_AVAILABLE;
+    return stub_used_bytes(dev) + stub_context_bytes(dev);
+}
 
 /* The v1 ABI and the two-call INSUFFICIENT_SIZE protocol of the unversioned symbol. */
 EXPORT nvmlReturn_t nvmlDeviceGetComputeRunningProcesses(nvmlDevice_t h, unsigned *count,
