@@ -29,6 +29,7 @@ __all__ = [
     "find_kubectl",
     "prepare_tree",
     "render",
+    "render_with_component",
 ]
 
 Obj = dict[str, Any]
@@ -129,6 +130,18 @@ def render(kustomization: Path, kubectl: str) -> Rendering:
     assert proc.returncode == 0, f"kubectl kustomize {kustomization.name} failed:\n{proc.stderr}"
     objects = tuple(doc for doc in yaml.safe_load_all(proc.stdout) if doc)
     return Rendering(kustomization.name, objects)
+
+
+def render_with_component(deploy_tree: Path, kubectl: str, overlay: str, component: str) -> Rendering:
+    """``overlay`` with ``deploy/kustomize/components/<component>`` added, as a user's overlay adds it."""
+    kustomize = deploy_tree / "kustomize"
+    folder = kustomize / "overlays" / f"{overlay}-{component}"
+    folder.mkdir(exist_ok=True)
+    (folder / "kustomization.yaml").write_text(
+        "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
+        f"resources:\n  - ../{overlay}\ncomponents:\n  - ../../components/{component}\n"
+    )
+    return render(folder, kubectl)
 
 
 def env_of(container: Obj) -> dict[str, Obj]:

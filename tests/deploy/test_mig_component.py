@@ -10,24 +10,9 @@ from typing import Final
 
 import pytest
 
-from tests.deploy.manifests import Rendering, env_of, render
+from tests.deploy.manifests import Rendering, env_of, render_with_component
 
-MIG_CLUSTER: Final = """\
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../{base}
-components:
-  - ../../components/mig
-"""
 NODE: Final = "hami-node"
-
-
-def _with_mig(kubectl: str, deploy_tree: Path, base: str) -> Rendering:
-    overlay = deploy_tree / "kustomize" / "overlays" / f"{base}-mig"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(MIG_CLUSTER.format(base=base))
-    return render(overlay, kubectl)
 
 
 @pytest.mark.parametrize("base", ["dev", "production"])
@@ -35,7 +20,7 @@ def test_the_mig_component_gives_the_allocator_alone_what_nvml_mig_needs(
     kubectl: str, deploy_tree: Path, renderings: dict[str, Rendering], base: str
 ) -> None:
     plain = renderings[base]
-    mig = _with_mig(kubectl, deploy_tree, base)
+    mig = render_with_component(deploy_tree, kubectl, base, "mig")
     allocator = mig.container(NODE, "allocator").container
     security = allocator["securityContext"]
     assert security["capabilities"] == {"drop": ["ALL"], "add": ["SYS_ADMIN"]}

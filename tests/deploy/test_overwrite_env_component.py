@@ -12,27 +12,12 @@ from typing import Final
 
 import pytest
 
-from tests.deploy.manifests import Rendering, env_of, render
+from tests.deploy.manifests import Rendering, env_of, render_with_component
 from tests.deploy.test_webhook_conditions import container, gated, pod
 
-WITH_COMPONENT: Final = """\
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - ../{base}
-components:
-  - ../../components/overwrite-env
-"""
 CPU_POD_WITH_ALL_GPUS: Final = pod(
     [{**container({"cpu": "1"}), "env": [{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}]}]
 )
-
-
-def _with_component(kubectl: str, deploy_tree: Path, base: str) -> Rendering:
-    overlay = deploy_tree / "kustomize" / "overlays" / f"{base}-overwrite-env"
-    overlay.mkdir(exist_ok=True)
-    (overlay / "kustomization.yaml").write_text(WITH_COMPONENT.format(base=base))
-    return render(overlay, kubectl)
 
 
 @pytest.mark.parametrize("base", ["dev", "production"])
@@ -42,7 +27,7 @@ def test_the_component_turns_the_flag_on_and_sends_every_pod_to_the_webhook(
     plain = renderings[base]
     assert not gated(plain, CPU_POD_WITH_ALL_GPUS), "base sends CPU pods to the webhook: the component is moot"
     assert "HAMI_OVERWRITE_ENV" not in env_of(plain.container("hami-webhook", "webhook").container)
-    turned = _with_component(kubectl, deploy_tree, base)
+    turned = render_with_component(deploy_tree, kubectl, base, "overwrite-env")
     webhook = turned.container("hami-webhook", "webhook").container
     assert env_of(webhook)["HAMI_OVERWRITE_ENV"]["value"] == "true"
     assert gated(turned, CPU_POD_WITH_ALL_GPUS)

@@ -12,8 +12,10 @@ from typing import Any, Final
 
 import pytest
 
+from hami_sim.deployed import deployed_settings
 from hami_sim.realk8s import ApiError, ControlPlane, apply, deployed, webhook_configuration
 from hami_sim.waiting import eventually_sync
+from hami_webhook.settings import WebhookSettings
 from tests.webhook.conftest import TlsFiles, offline_settings
 from tests.webhook.support import served, write_self_signed
 
@@ -56,10 +58,21 @@ def registered(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) ->
     tls = TlsFiles(folder / "tls.crt", folder / "tls.key")
     write_self_signed(tls.cert, tls.key)
     plane.ensure_namespace(TENANT)
-    flag = [d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "hami-webhook"]
-    (webhook,) = [c for c in flag[0]["spec"]["template"]["spec"]["containers"] if c["name"] == "webhook"]
-    assert {"name": "HAMI_OVERWRITE_ENV", "value": "true"} in webhook["env"]
-    with served(offline_settings(tls, overwrite_env=True), tls.cert) as hook:
+    # the webhook as the component sets it (the flag is read from the rendering, not spelled here); served on
+    # loopback, with no apiserver watch or NATS behind it
+    offline = offline_settings(tls)
+    settings = deployed_settings(
+        WebhookSettings,
+        "hami-webhook",
+        "webhook",
+        documents=documents,
+        mapped={
+            name: getattr(offline, name)
+            for name in ("host", "port", "tls_cert_file", "tls_key_file", "watch_cluster", "publish_events", "nats_url")
+        },
+    )
+    assert settings.overwrite_env is True
+    with served(settings, tls.cert) as hook:
         config = webhook_configuration(documents, hook.url, tls.cert.read_bytes())
         config["metadata"]["name"] = "hami-webhook-overwrite-env"  # beside any other test's registration
         apply(plane.binaries, plane.write_kubeconfig(folder / "admin"), [config])

@@ -16,11 +16,13 @@ import pytest
 import yaml
 
 from hami_common.annotations import VGPU_NODE
+from hami_common.resources import BAD_QUANTITY, INT32_MAX
 from hami_common.scheduling.usage import DeviceUsage
 from hami_common.vendors import DeviceFamily, NodeView
 from hami_common.vendors.plugin import fake_vendors
 from hami_sim.realk8s import K8sBinaries
 from hami_sim.stack import LocalCluster, StackConfig
+from hami_webhook.admission import ALL_ADDED, NODE_ASSIGNED, PRIVILEGED
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 VENDORS: Final = ("ascend", "cambricon", "hygon")
@@ -157,17 +159,21 @@ async def _every_admission_rule_covers(
     resource = family.resource_names[0]
     word = family.word.lower()
     plain = {"name": "main", "image": "busybox", "resources": {"limits": {resource: 1}}}
+    huge = "2147483648"
     refused = {
         # a vendor pod already placed on a node would skip the scheduler and its grant
-        f"placed-{word}": ({"nodeName": "gpu-node-0", "containers": [plain]}, "node"),
-        f"privileged-{word}": ({"containers": [{**plain, "securityContext": {"privileged": True}}]}, "privileged"),
+        f"placed-{word}": ({"nodeName": "gpu-node-0", "containers": [plain]}, NODE_ASSIGNED),
+        f"privileged-{word}": (
+            {"containers": [{**plain, "securityContext": {"privileged": True}}]},
+            PRIVILEGED.format(name="main"),
+        ),
         f"allcaps-{word}": (
             {"containers": [{**plain, "securityContext": {"capabilities": {"add": ["ALL"]}}}]},
-            "CAP_SYS_ADMIN",
+            ALL_ADDED.format(name="main", written="ALL"),
         ),
         f"huge-{word}": (
-            {"containers": [{**plain, "resources": {"limits": {resource: "2147483648"}}}]},
-            "it must be a whole number from 0 to 2147483647",
+            {"containers": [{**plain, "resources": {"limits": {resource: huge}}}]},
+            BAD_QUANTITY.format(resource=resource, value=huge, name="main", why="it is too large", high=INT32_MAX),
         ),
     }
     for name, (spec, said) in refused.items():

@@ -18,6 +18,7 @@ import pytest
 
 from hami_common.bus import EmbeddedNats
 from hami_common.settings import ENV_PREFIX, load
+from hami_metrics.settings import MetricsSettings
 from hami_sim.deployed import EMULATED_AWAY, _settings, deployed_env, deployed_settings
 from hami_sim.realk8s import deployed
 from hami_sim.stack import StackConfig
@@ -116,19 +117,15 @@ def test_a_secret_the_emulated_stack_does_not_know_is_refused_by_name(monkeypatc
         env.append({"name": "HAMI_NEW_SETTING", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}})
 
     _edit(monkeypatch, "hami-metrics", "metrics", add)
-    from hami_metrics.settings import MetricsSettings
-
     with pytest.raises(LookupError, match="HAMI_NEW_SETTING"):
         deployed_settings(MetricsSettings, "hami-metrics", "metrics", mapped={"nats_url": "nats://127.0.0.1:1"})
 
 
 def test_mapped_fields_replace_what_deploy_spells_and_nothing_else() -> None:
-    from hami_metrics.settings import MetricsSettings
-
+    as_deployed = deployed_settings(MetricsSettings, "hami-metrics", "metrics", mapped={})
     settings = deployed_settings(MetricsSettings, "hami-metrics", "metrics", mapped={"http_port": 1234})
-    assert settings.http_port == 1234
-    assert settings.service_name == dict(deployed_env("hami-metrics", "metrics"))["HAMI_SERVICE_NAME"]
-    assert dataclasses.is_dataclass(settings)
+    assert settings == dataclasses.replace(as_deployed, http_port=1234)
+    assert as_deployed.http_port == int(dict(deployed_env("hami-metrics", "metrics"))["HAMI_HTTP_PORT"] or 0)
 
 
 def test_what_the_emulated_stack_leaves_out_is_in_the_docs() -> None:

@@ -88,6 +88,17 @@ def webhook_process(tls_files: TlsFiles, enough_files: None) -> Iterator[tuple[s
             process.communicate()
 
 
+def _wait_listening(client: httpx.Client, process: subprocess.Popen[bytes], url: str) -> None:
+    def up() -> bool:
+        assert process.poll() is None, process.communicate()[0].decode()
+        try:
+            return client.get(url + "/readyz").status_code == 200
+        except httpx.TransportError:
+            return False
+
+    eventually_sync(up, what="hami-webhook listening")
+
+
 def _admits(client: httpx.Client, url: str) -> bool:
     answer = client.post(url + "/webhook?timeout=10s", json=review(pod(container(limits={GPU: "1"}))))
     assert answer.status_code == 200, answer.text
@@ -122,15 +133,7 @@ def test_two_thousand_idle_connections_neither_block_admission_nor_exhaust_memor
     process, url = webhook_process
     tls = ssl.create_default_context(cafile=str(tls_files.cert))
     with httpx.Client(verify=tls, timeout=30.0) as client:
-
-        def up() -> bool:
-            assert process.poll() is None, process.communicate()[0].decode()
-            try:
-                return client.get(url + "/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        eventually_sync(up, what="hami-webhook listening")
+        _wait_listening(client, process, url)
         assert _admits(client, url)
         before = _rss(process.pid)
         port = int(url.rsplit(":", 1)[1])
@@ -204,15 +207,7 @@ def test_connections_that_never_finish_the_tls_handshake_count_against_the_cap_a
     process, url = webhook_process
     tls = ssl.create_default_context(cafile=str(tls_files.cert))
     with httpx.Client(verify=tls, timeout=30.0) as client:
-
-        def up() -> bool:
-            assert process.poll() is None, process.communicate()[0].decode()
-            try:
-                return client.get(url + "/readyz").status_code == 200
-            except httpx.TransportError:
-                return False
-
-        eventually_sync(up, what="hami-webhook listening")
+        _wait_listening(client, process, url)
         before = _rss(process.pid)
         port = int(url.rsplit(":", 1)[1])
         truncated_hello = b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b"\x00" * 40

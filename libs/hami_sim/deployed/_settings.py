@@ -16,11 +16,11 @@ by the emulated stack or refused loudly, never dropped in silence.
 from __future__ import annotations
 
 import functools
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, Final, TypeVar, cast
 
 from hami_common.settings import ENV_PREFIX, load
-from hami_sim.realk8s._manifests import deployed
+from hami_sim.realk8s import deployed
 
 __all__ = ["EMULATED_AWAY", "deployed_env", "deployed_settings"]
 
@@ -55,34 +55,53 @@ def _field(variable: str) -> str:
     return variable.removeprefix(ENV_PREFIX).lower()
 
 
-@functools.cache
-def _container(workload: str, container: str) -> Json:
-    for doc in deployed():
+def _find(documents: Iterable[Json], workload: str, container: str) -> Json:
+    for doc in documents:
         if doc.get("kind") in _WORKLOADS and doc["metadata"]["name"] == workload:
             spec = doc["spec"]["template"]["spec"]
             for ctr in (*spec.get("initContainers", ()), *spec["containers"]):
                 if ctr["name"] == container:
                     return cast(Json, ctr)
-            raise LookupError(f"deploy/kustomize/base: {workload} has no container {container}")
-    raise LookupError(f"deploy/kustomize/base has no workload {workload}")
+            raise LookupError(f"deploy/: {workload} has no container {container}")
+    raise LookupError(f"deploy/ has no workload {workload}")
 
 
-def deployed_env(workload: str, container: str) -> tuple[tuple[str, str | None], ...]:
-    """The ``HAMI_*`` variables of one container of deploy/kustomize/base, in order: (name, value), value
-    ``None`` where the manifest takes it ``valueFrom`` a Secret, a ConfigMap or the pod's fields."""
-    env = _container(workload, container).get("env", ())
+@functools.cache
+def _container(workload: str, container: str) -> Json:
+    """The container in deploy/kustomize/base, rendered once per process."""
+    return _find(deployed(), workload, container)
+
+
+def _of(workload: str, container: str, documents: Iterable[Json] | None) -> Json:
+    return _container(workload, container) if documents is None else _find(documents, workload, container)
+
+
+def deployed_env(
+    workload: str, container: str, documents: Iterable[Json] | None = None
+) -> tuple[tuple[str, str | None], ...]:
+    """The ``HAMI_*`` variables of one container, in order: (name, value), value ``None`` where the manifest
+    takes it ``valueFrom`` a Secret, a ConfigMap or the pod's fields. ``documents``: a rendering other than
+    deploy/kustomize/base (an overlay, a component)."""
+    env = _of(workload, container, documents).get("env", ())
     return tuple((e["name"], e.get("value")) for e in env if e["name"].startswith(ENV_PREFIX))
 
 
 def deployed_settings(
-    cls: type[S], workload: str, container: str, *, mapped: Mapping[str, Any], away: Collection[str] = ()
+    cls: type[S],
+    workload: str,
+    container: str,
+    *,
+    mapped: Mapping[str, Any],
+    away: Collection[str] = (),
+    documents: Iterable[Json] | None = None,
 ) -> S:
     """``cls`` as the container's flags and environment in deploy/ fill it, with ``mapped`` (fields)
     replacing what names a place of the cluster. ``away``: variables this caller has no use for beyond
-    :data:`EMULATED_AWAY` (say why where it is passed)."""
-    ctr = _container(workload, container)
+    :data:`EMULATED_AWAY` (say why where it is passed). ``documents``: as for :func:`deployed_env`."""
+    documents = None if documents is None else list(documents)
+    ctr = _of(workload, container, documents)
     taken: dict[str, str] = {}
-    for name, value in deployed_env(workload, container):
+    for name, value in deployed_env(workload, container, documents):
         if _field(name) in mapped or name in EMULATED_AWAY or name in away:
             continue
         if value is None:

@@ -150,7 +150,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._tls = config.tls
         self._admitted = False
         self._raw: asyncio.Transport | None = None  # the accepted socket while its handshake runs
-        self._handshake: asyncio.Task[None] | None = None
+        self._handshake: asyncio.Task[None] | None = None  # held: the loop keeps only a weak reference
         self._plain: list[bytes] = []  # bytes read before the TLS layer held the socket (the ClientHello)
         self._early: list[bytes] = []  # data that came with the handshake's last flight, before uvicorn's side
         self._http = False  # uvicorn's side of the connection started
@@ -184,7 +184,7 @@ class GuardedProtocol(HttpToolsProtocol):
             await asyncio.sleep(0)
             self._hand_over(raw)
             secured = await starting
-        except (OSError, ssl.SSLError, TimeoutError, RuntimeError) as err:  # a peer that never finished TLS
+        except (OSError, RuntimeError) as err:  # a peer that never finished TLS (SSLError, TimeoutError too)
             self._handshake_failed(raw, err)
             return
         except asyncio.CancelledError:

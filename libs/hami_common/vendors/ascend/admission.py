@@ -115,10 +115,11 @@ def parse_request(chip: ChipConfig, c: ContainerResources) -> DeviceRequest | No
     refused); cores 0…2³¹-1. Every quantity named is read, asked or not: one that cannot be is
     ``InvalidInput`` naming it, never "not asking".
     """
+    factor = max(chip.memory_factor, 1)
     nums = count(c, chip.resource_name)
-    memory = whole_number(c, chip.resource_memory_name, scale=max(chip.memory_factor, 1))
+    memory = whole_number(c, chip.resource_memory_name, scale=factor)
     cores = whole_number(c, chip.resource_core_name) if chip.resource_core_name else None
     if nums is None:
         return None
-    memreq = 0 if memory is None else memory * max(chip.memory_factor, 1)
+    memreq = 0 if memory is None else memory * factor
     return device_request(nums, chip.common_word, memreq, 0 if cores is None else cores)
