@@ -180,10 +180,15 @@ def context_from_headers(headers: Mapping[str, str] | None) -> Context:
 
 @contextmanager
 def span_from_headers(
-    name: str, headers: Mapping[str, str] | None, kind: SpanKind = SpanKind.CONSUMER
+    name: str,
+    headers: Mapping[str, str] | None,
+    kind: SpanKind = SpanKind.CONSUMER,
+    attributes: Attributes = None,
 ) -> Iterator[Span]:
     """A span continuing the trace whose context came in a message's headers."""
-    with tracer().start_as_current_span(name, context=context_from_headers(headers), kind=kind) as span:
+    with tracer().start_as_current_span(
+        name, context=context_from_headers(headers), kind=kind, attributes=attributes
+    ) as span:
         yield span
 
 

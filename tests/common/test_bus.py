@@ -12,8 +12,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
 
-from hami_common import subjects
+from hami_common import logkeys, subjects
+from hami_common import spans as span_names
 from hami_common.annotations import DeviceInfo
 from hami_common.bus import Bus, ConsumerSpec, Delivery, EmbeddedNats, placement_consumer, placement_stream
 from hami_common.errors import TransientError
@@ -90,9 +92,34 @@ async def test_every_event_type_round_trips_with_its_trace_context(
     got, consumer_ctx = await asyncio.wait_for(received.get(), 5)
     assert got == event
     assert consumer_ctx.trace_id == producer.get_span_context().trace_id
-    handler_span = next(s for s in spans.get_finished_spans() if s.name == f"{subject} process")
+    (handler_span,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER]
     assert handler_span.parent is not None
     assert handler_span.parent.span_id == producer.get_span_context().span_id
+
+
+@pytest.mark.parametrize(("subject", "event"), EVENTS, ids=[type(e).__name__ for _, e in EVENTS])
+async def test_a_consumer_span_is_named_after_the_subject_family_and_carries_the_node_as_an_attribute(
+    bus: Bus, spans: InMemorySpanExporter, subject: str, event: BusEvent
+) -> None:
+    handled = asyncio.Event()
+
+    async def on_event(got: BusEvent, delivery: Delivery) -> None:
+        handled.set()
+
+    await bus.subscribe(subject, type(event), on_event)
+    with trace.get_tracer("test").start_as_current_span("producer"):
+        await bus.publish(subject, event)
+    await asyncio.wait_for(handled.wait(), 5)
+    (consumer,) = [s for s in spans.get_finished_spans() if s.kind is SpanKind.CONSUMER]
+    family, _, _ = subject.rpartition(".")
+    assert consumer.name == f"{family} process"
+    assert consumer.attributes is not None
+    assert consumer.attributes[span_names.DESTINATION] == subject
+    if family == subjects.ADMISSION:
+        assert consumer.attributes[logkeys.NAMESPACE] == "team-a"
+    else:
+        assert NODE not in consumer.name
+        assert consumer.attributes[logkeys.NODE] == NODE
 
 
 async def test_durable_placement_carries_trace_context_through_jetstream(bus: Bus, spans: InMemorySpanExporter) -> None:

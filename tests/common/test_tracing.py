@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from hami_common import tracing
+from hami_common import spans, tracing
 
 
 @pytest.fixture
@@ -70,3 +70,32 @@ def test_an_otlp_endpoint_adds_an_exporter() -> None:
     processors = provider._active_span_processor._span_processors
     assert any(type(p).__name__ == "BatchSpanProcessor" for p in processors)
     provider.shutdown()
+
+
+@pytest.mark.parametrize(
+    ("subject", "name", "attributes"),
+    [
+        pytest.param(
+            "hami.placement.gpu-1",
+            "hami.placement process",
+            {"node": "gpu-1"},
+            id="a node's placements are one operation, the node an attribute",
+        ),
+        pytest.param(
+            "hami.usage.gpu~example~com",
+            "hami.usage process",
+            {"node": "gpu.example.com"},
+            id="a dotted node name comes back whole from its subject token",
+        ),
+        pytest.param(
+            "hami.admission.team-a",
+            "hami.admission process",
+            {"namespace": "team-a"},
+            id="an admission is one operation, the namespace an attribute",
+        ),
+        pytest.param("hami.other", "hami.other process", {}, id="a fixed subject is its own name"),
+    ],
+)
+def test_consumer_span_names_carry_no_node(subject: str, name: str, attributes: dict[str, str]) -> None:
+    assert spans.consume(subject) == name
+    assert spans.consume_attributes(subject) == {spans.DESTINATION: subject, **attributes}

@@ -355,7 +355,9 @@ class Bus:
         deliveries = msg.metadata.num_delivered if durable and msg.metadata.num_delivered else 1
         delivery = Delivery(subject=msg.subject, headers=headers, deliveries=deliveries)
         try:
-            with span_from_headers(spans.consume(msg.subject), headers):
+            with span_from_headers(
+                spans.consume(msg.subject), headers, attributes=spans.consume_attributes(msg.subject)
+            ):
                 await handler(event, delivery)
         except TransientError as err:
             log.info("handler on %s will retry in %.1fs: %s", msg.subject, err.retry_after, err)
