@@ -81,6 +81,30 @@ class Filtered:
     apiserver_s: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class _Choice:
+    """The node Filter chose (None: none fits), and what it learnt of the others on the way.
+
+    ``failed`` holds the nodes with a reason: the unregistered ones and every node fitted without success
+    (all of them when none fits). On success the walk stops at the chosen node: ``ruled_out`` nodes before it
+    were refused by the cheap pre-check without a reason, and the nodes ranked after it were not tried."""
+
+    chosen: NodeFit | None
+    failed: list[NodeFit]
+    ruled_out: int = 0
+
+
+def _success_message(chosen: NodeFit, choice: _Choice, given: int) -> str:
+    """HAMi's ``FilteringSucceed`` text, counting every node kube-scheduler passed (hami-protocol §4.4 step 10).
+
+    HAMi scores every node and lists each that fits; the walk here stops at the best one, so the nodes ranked
+    below it are counted as not tried rather than guessed at: the counts add up to the nodes given."""
+    not_fit = len(choice.failed) + choice.ruled_out
+    untried = max(given - not_fit - 1, 0)
+    text = f"find fit node({chosen.node}), {not_fit} nodes not fit, 1 nodes fit({chosen.node}:{chosen.score:.2f})"
+    return f"{text}, {untried} nodes not tried" if untried else text
+
+
 @dataclass(eq=False)
 class Placer:
     ledger: Ledger
@@ -154,7 +178,7 @@ class Placer:
         request: PodRequest,
         prefs: PodPreferences,
         plan: PodFamilies,
-    ) -> tuple[NodeFit | None, list[NodeFit]]:
+    ) -> _Choice:
         spread = prefs.node_policy is NodePolicy.SPREAD
         ordered, missing = self.ledger.candidates(names, spread, wanted or None)
         failed = [NodeFit(node=name, rejected={Reason.NODE_UNREGISTERED: 1}) for name in missing]
@@ -166,10 +190,10 @@ class Placer:
                 continue
             fit = self._fit(view, request, prefs, pod, plan)
             if fit.fits:
-                return fit, failed
+                return _Choice(fit, failed, ruled_out=len(skipped))
             failed.append(fit)
         failed.extend(self._fit(view, request, prefs, pod, plan) for view in skipped)
-        return None, failed
+        return _Choice(None, failed)
 
     async def _place(
         self,
@@ -182,7 +206,8 @@ class Placer:
     ) -> Filtered:
         meta = pod.metadata
         self.ledger.release(meta.uid)  # filtered again: the earlier reservation no longer holds
-        chosen, failed = self._choose(pod, names, wanted, request, prefs, plan)
+        choice = self._choose(pod, names, wanted, request, prefs, plan)
+        chosen, failed = choice.chosen, choice.failed
         ref = reference_to(pod, "Pod")
         if chosen is None:
             self._report_failure(ref, failed)
@@ -243,12 +268,7 @@ class Placer:
             if isinstance(err, TimeoutError):
                 raise TransientError(f"patch of pod {meta.namespace}/{meta.name} timed out") from err
             raise
-        self.notices.emit(
-            ref,
-            "Normal",
-            FILTERING_SUCCEED,
-            f"find fit node({chosen.node}), {len(failed)} nodes not fit, 1 nodes fit({chosen.node}:{chosen.score:.2f})",
-        )
+        self.notices.emit(ref, "Normal", FILTERING_SUCCEED, _success_message(chosen, choice, len(wanted or set(names))))
         # Logged once the answer is on its way: the write gives up the GIL, and getting it back from a busy
         # worker thread (a kube call, an event) can take a switch interval that /filter would wait out.
         asyncio.get_running_loop().call_soon(
