@@ -4,17 +4,30 @@ The file HAMi's chart mounts at ``/device-config.yaml`` has one section per vend
 gives the resource names, the scheduler-side knobs (``defaultMemory``, ``memoryFactor``, …) and the chart-wide
 node values (``deviceSplitCount``, scaling, …); a ``nodeconfig`` list (HAMi's config.json shape, accepted at
 the top level or inside ``nvidia:``) overrides them per node. :func:`parse_device_config` is pure: text in,
-a :class:`DeviceConfig` out, or :class:`InvalidInput` naming the key that is unknown or wrong. The sections of
+a :class:`DeviceConfig` out, or :class:`InvalidInput` naming the key that is wrong. The sections of
 the families registered in :mod:`hami_common.vendors.registry` (``vnpus`` for Ascend, ``cambricon``,
 ``hygon``) enable those families, in ``families``; the sections of HAMi's other vendors, which this project
 does not implement (AMD, MetaX, ...), are accepted and listed in ``ignored_sections`` (the caller logs them
 once). :class:`DeviceConfigSettings` is the ``--device-config-file`` flag every service inherits; a service's
 own flags, when given, win over the file.
+
+Older and newer files load as HAMi loads them (HAMi's YAML decoder ignores keys it does not know). A key of the
+``nvidia:`` section, or a section, that this project does not read is accepted with one warning naming it, in
+``DeviceConfig.warnings`` (the settings log each once per load), with two exceptions that fail closed:
+
+* a key that looks like a misspelling of one we read (``deviceSplitCout``, ``devicesplitcount``) is refused:
+  ignoring it would leave the limit it meant to set at its default, which may be wider;
+* ``knownMigGeometries`` (the chart's MIG key up to v2.9, replaced by ``migProfileAllowlist`` in v2.10, which
+  HAMi does not derive from it) is read as the allowlist it implies: per entry, its models and the union of
+  its geometries' profile names. Ignoring it would give those models every profile the GPU offers; HAMi's
+  memory, count and core figures are not read (they come from the GPU). Where ``migProfileAllowlist`` is
+  given too, it wins and ``knownMigGeometries`` is ignored.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import logging
 import re
 from collections.abc import Mapping
@@ -83,6 +96,10 @@ VENDOR_SECTIONS: Final = frozenset(
 CORE_POLICIES: Final = ("default", "force", "disable")  # gpuCorePolicy (HAMi: pkg/device/nvidia/device.go:79-83)
 _MIG_PROFILE: Final = re.compile(r"^[1-9][0-9]*g\..+$")  # HAMi: pkg/device/nvidia/mig_profiles.go:27-41
 _RESOURCE_NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?/[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# The chart's MIG key up to v2.9 (HAMi: charts/hami/templates/scheduler/device-configmap.yaml before v2.10):
+# [{models: [...], allowedGeometries: [[{name, memory, count, core?}, ...], ...]}]
+KNOWN_MIG_GEOMETRIES: Final = "knownMigGeometries"
+_SIMILAR: Final = 0.8  # difflib ratio above which an unknown key reads as a misspelling of a known one
 
 
 class _Nvidia(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
@@ -111,6 +128,25 @@ class _Nvidia(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="c
     nodeconfig: tuple[NodeEntry, ...] = ()
 
 
+_NVIDIA_KEYS: Final = frozenset(f.encode_name for f in msgspec.structs.fields(_Nvidia))
+
+
+class _MigTemplate(msgspec.Struct, frozen=True):
+    """One template of a ``knownMigGeometries`` geometry; only the profile name is read."""
+
+    name: str
+    memory: int = 0
+    count: int = 0
+    core: int = 0
+
+
+class _MigGeometries(msgspec.Struct, frozen=True, forbid_unknown_fields=True, rename="camel"):
+    """One ``knownMigGeometries`` entry (HAMi <= v2.9: ``AllowedMigGeometries``)."""
+
+    models: tuple[str, ...] = ()
+    allowed_geometries: tuple[tuple[_MigTemplate, ...], ...] = ()
+
+
 @dataclass(frozen=True, slots=True)
 class DeviceConfig:
     """The NVIDIA part of HAMi's device config; the defaults are the chart's (and this project's)."""
@@ -125,6 +161,7 @@ class DeviceConfig:
     nodes: tuple[NodeEntry, ...] = ()
     ignored_sections: tuple[str, ...] = ()  # other vendors' sections, accepted and not applied
     families: tuple[DeviceFamily, ...] = ()  # the device families beside NVIDIA that the sections enable
+    warnings: tuple[str, ...] = ()  # keys accepted but not applied as written, one line each (the caller logs)
 
     def for_node(self, node: str) -> NodeDeviceConfig:
         """What ``node``'s services apply: the chart-wide values with its ``nodeconfig`` entry on top."""
@@ -193,8 +230,118 @@ def _check_nodes(entries: tuple[NodeEntry, ...], base: NodeDeviceConfig) -> None
         apply_node_entry(base, entry)  # refuses what that node could not apply, at start-up on every service
 
 
+def _misspelt(key: str, known: frozenset[str]) -> str | None:
+    """The known key ``key`` most likely misspells (other case, a letter off, a part of it), or None."""
+    lowered = {k.lower(): k for k in known}
+    word = key.lower()
+    if word in lowered:
+        return lowered[word]
+    close = difflib.get_close_matches(word, list(lowered), n=1, cutoff=_SIMILAR)
+    if close:
+        return lowered[close[0]]
+    if len(word) >= 4:
+        contained = sorted(k for k in lowered if len(k) >= 4 and (word in k or k in word))
+        if contained:
+            return lowered[contained[0]]
+    return None
+
+
+def _unknown_key(where: str, key: str, applied: frozenset[str], kind: str = "key") -> str:
+    """The warning for a key this project does not read; InvalidInput when it reads as a misspelling of one of
+    ``applied`` (the keys whose values it applies)."""
+    meant = _misspelt(key, applied)
+    if meant is not None:
+        raise InvalidInput(
+            f"{where}{key}: unknown {kind}; did you mean {where}{meant}? (refused rather than ignored: what it "
+            "meant to set would stay at its default)"
+        )
+    return f"{where}{key} is not a {kind} this project reads (nor HAMi v2.10); ignored"
+
+
+def _allowlist_from_geometries(raw: object) -> tuple[MigAllowlist, ...]:
+    """``knownMigGeometries`` as the allowlist it implies: per entry, its models and its profile names."""
+    entries: tuple[_MigGeometries, ...] = _convert(
+        raw, tuple[_MigGeometries, ...], f"{NVIDIA_SECTION}.{KNOWN_MIG_GEOMETRIES}"
+    )
+    allowlist: list[MigAllowlist] = []
+    for i, entry in enumerate(entries):
+        names = tuple(dict.fromkeys(t.name for geometry in entry.allowed_geometries for t in geometry))
+        if not entry.models or not names:
+            raise InvalidInput(
+                f"{NVIDIA_SECTION}.{KNOWN_MIG_GEOMETRIES}[{i}]: an entry needs models and allowedGeometries "
+                "(read as migProfileAllowlist, an entry without profiles would restrict nothing)"
+            )
+        bad = [n for n in names if not _MIG_PROFILE.match(n)]
+        if bad:
+            raise InvalidInput(
+                f"{NVIDIA_SECTION}.{KNOWN_MIG_GEOMETRIES}[{i}]: profile {bad[0]!r} is not '<N>g.<memory>'"
+            )
+        allowlist.append(MigAllowlist(models=entry.models, profiles=names))
+    return tuple(allowlist)
+
+
+def _nvidia_section(raw: object) -> tuple[object, list[str]]:
+    """The ``nvidia:`` keys this project reads, and a warning per key it accepts without reading as written."""
+    if not raw:
+        return {}, []
+    if not isinstance(raw, Mapping):
+        return raw, []  # not a mapping: the decoder names the wrong type
+    section: dict[str, object] = {}
+    warnings: list[str] = []
+    where = f"{NVIDIA_SECTION}."
+    for key, value in raw.items():
+        name = str(key)
+        if name in _NVIDIA_KEYS:
+            section[name] = value
+        elif name != KNOWN_MIG_GEOMETRIES:
+            warnings.append(_unknown_key(where, name, _NVIDIA_KEYS))
+    if KNOWN_MIG_GEOMETRIES in raw:
+        geometries = raw[KNOWN_MIG_GEOMETRIES]
+        allowlist_key = "migProfileAllowlist"
+        if allowlist_key in section:
+            warnings.append(
+                f"{where}{KNOWN_MIG_GEOMETRIES} (HAMi <= v2.9) is ignored: {where}{allowlist_key} is given and wins"
+            )
+        elif not geometries:
+            warnings.append(
+                f"{where}{KNOWN_MIG_GEOMETRIES} (HAMi <= v2.9) is empty and ignored: without {where}{allowlist_key} "
+                "a GPU in MIG mode registers every profile it offers"
+            )
+        else:
+            allowlist = _allowlist_from_geometries(geometries)
+            section[allowlist_key] = [msgspec.to_builtins(entry) for entry in allowlist]
+            warnings.append(
+                f"{where}{KNOWN_MIG_GEOMETRIES} (HAMi <= v2.9, replaced by {allowlist_key} in v2.10) is read as "
+                f"{allowlist_key}: each entry's models may use only its geometries' profiles "
+                f"({'; '.join(', '.join(e.profiles) for e in allowlist) or 'none'}); memory, count and core "
+                "come from the GPU"
+            )
+    return section, warnings
+
+
+def _sections(raw: Mapping[Any, object]) -> tuple[dict[str, object], list[str]]:
+    """The top-level sections this project knows, and a warning per other one (a misspelt one is refused)."""
+    applied = frozenset({NVIDIA_SECTION, NODECONFIG, *registered_sections()})
+    sections: dict[str, object] = {}
+    warnings: list[str] = []
+    for key, value in raw.items():
+        name = str(key)
+        if name in applied or name in VENDOR_SECTIONS:
+            sections[name] = value
+        else:
+            warnings.append(_unknown_key("", name, applied, kind="section"))
+    return sections, warnings
+
+
 def parse_device_config(text: str | bytes) -> DeviceConfig:
     """HAMi's device-config.yaml (or a config.json, JSON being YAML) as typed values; InvalidInput names the key."""
+    try:
+        return _parse(text)
+    except RecursionError as err:  # the YAML reader and the decoders recurse per level of nesting
+        raise InvalidInput("not a device config: nested too deeply") from err
+
+
+def _parse(text: str | bytes) -> DeviceConfig:
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -203,14 +350,11 @@ def parse_device_config(text: str | bytes) -> DeviceConfig:
         raw = {}
     if not isinstance(raw, Mapping):
         raise InvalidInput(f"the top level must be a mapping of vendor sections, not {type(raw).__name__}")
-    unknown = sorted(str(k) for k in raw if k not in VENDOR_SECTIONS and k not in (NVIDIA_SECTION, NODECONFIG))
-    if unknown:
-        raise InvalidInput(
-            f"unknown section {unknown[0]!r} "
-            f"(known: {NVIDIA_SECTION}, {NODECONFIG}, {', '.join(sorted(VENDOR_SECTIONS))})"
-        )
-    nv: _Nvidia = _convert(raw.get(NVIDIA_SECTION) or {}, _Nvidia, NVIDIA_SECTION)
-    top: tuple[NodeEntry, ...] = _convert(raw.get(NODECONFIG) or [], tuple[NodeEntry, ...], NODECONFIG)
+    sections, warnings = _sections(raw)
+    nvidia, nvidia_warnings = _nvidia_section(sections.get(NVIDIA_SECTION))
+    warnings.extend(nvidia_warnings)
+    nv: _Nvidia = _convert(nvidia, _Nvidia, NVIDIA_SECTION)
+    top: tuple[NodeEntry, ...] = _convert(sections.get(NODECONFIG) or [], tuple[NodeEntry, ...], NODECONFIG)
     _check_nvidia(nv)
     level = nv.lib_cuda_log_level
     try:
@@ -246,8 +390,9 @@ def parse_device_config(text: str | bytes) -> DeviceConfig:
         disable_core_limit=nv.disable_core_limit,
         mig_profile_allowlist=nv.mig_profile_allowlist,
         nodes=nodes,
-        ignored_sections=tuple(sorted(str(k) for k in raw if k in VENDOR_SECTIONS and k not in registered_sections())),
-        families=configured({str(k): v for k, v in raw.items() if k in VENDOR_SECTIONS}),
+        ignored_sections=tuple(sorted(k for k in sections if k in VENDOR_SECTIONS and k not in registered_sections())),
+        families=configured({k: v for k, v in sections.items() if k in VENDOR_SECTIONS}),
+        warnings=tuple(warnings),
     )
 
 
@@ -279,6 +424,8 @@ class DeviceConfigSettings:
     def __post_init__(self) -> None:
         # read here so a bad file stops the service at start-up, with one line naming the key (exit 2)
         config = read_device_config(self.device_config_file) if self.device_config_file else DeviceConfig()
+        for warning in config.warnings:  # one line per key, once per load
+            log.warning("device config %s: %s", self.device_config_file, warning)
         if config.ignored_sections:
             log.info(
                 "device config: sections %s are not applied (only %s is implemented)",

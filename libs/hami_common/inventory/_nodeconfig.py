@@ -10,6 +10,7 @@ with the reason: a key this project cannot honour must not be accepted silently.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
@@ -64,10 +65,12 @@ class NodeDeviceConfig:
     mig_allowlist: tuple[MigAllowlist, ...] = ()
 
     def __post_init__(self) -> None:
-        if self.split_count < 1 or self.memory_scaling <= 0 or self.core_scaling <= 0:
+        # not (x > 0) refuses NaN too; an infinite scaling would register unbounded memory or cores
+        scalings = (self.memory_scaling, self.core_scaling)
+        if self.split_count < 1 or not all(x > 0 and math.isfinite(x) for x in scalings):
             raise InvalidInput(
                 f"device config: split count {self.split_count}, memory scaling {self.memory_scaling} and core "
-                f"scaling {self.core_scaling} must be positive"
+                f"scaling {self.core_scaling} must be positive (and finite)"
             )
         if self.preconfigured_memory_mib < 0:
             raise InvalidInput(f"device config: preconfigured memory {self.preconfigured_memory_mib} is negative")
