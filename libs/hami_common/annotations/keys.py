@@ -39,6 +39,33 @@ NOUSE_GPUUUID: Final = "nvidia.com/nouse-gpuuuid"
 NUMA_BIND: Final = "nvidia.com/numa-bind"
 VGPU_MODE: Final = "nvidia.com/vgpu-mode"
 
+# Their vocabularies (§2.9, §4.5-4.6); case matters, as in HAMi.
+BINPACK: Final = "binpack"
+SPREAD: Final = "spread"
+TOPOLOGY_AWARE: Final = "topology-aware"
+MUTEX: Final = "mutex"
+NUMA: Final = "numa"
+NODE_POLICIES: Final = (BINPACK, SPREAD)  # node-scheduler-policy: the whole value; anything else is binpack
+GPU_POLICIES: Final = (BINPACK, SPREAD, TOPOLOGY_AWARE, MUTEX, NUMA)  # gpu-scheduler-policy: each of a comma chain
+MODE_HAMI_CORE: Final = "hami-core"  # a card's operating mode (§2.2), and what vgpu-mode is matched against
+MODE_MIG: Final = "mig"
+VGPU_MODES: Final = (MODE_HAMI_CORE, MODE_MIG)  # vgpu-mode keeps the cards whose mode the value contains
+
+# The pod annotations a tenant sets for NVIDIA and the generic policies.
+USER_POD_ANNOTATIONS: Final[frozenset[str]] = frozenset(
+    {
+        NODE_SCHEDULER_POLICY,
+        GPU_SCHEDULER_POLICY,
+        DEVICE_SCORING_WEIGHTS,
+        USE_GPUTYPE,
+        NOUSE_GPUTYPE,
+        USE_GPUUUID,
+        NOUSE_GPUUUID,
+        NUMA_BIND,
+        VGPU_MODE,
+    }
+)
+
 # --- Labels ----------------------------------------------------------------------------------------
 SCHEDULER_ROLE: Final = "hami.io/scheduler-role"
 SCHEDULER_ROLE_LEADER: Final = "leader"
@@ -64,6 +91,10 @@ SCHEDULER_OWNED: Final[frozenset[str]] = frozenset(
         GRANT_SIGNATURE,
     }
 )
+
+# Every pod annotation key of HAMi's and ours, beside each device family's own (``DeviceFamily``'s
+# ``user_annotations`` and ``owned_annotations``): what the webhook compares an unknown key with.
+POD_ANNOTATIONS: Final[frozenset[str]] = USER_POD_ANNOTATIONS | SCHEDULER_OWNED
 
 # The scheduler-owned keys that carry or gate a grant, guarded by the ValidatingAdmissionPolicy even when the
 # mutating webhook is skipped or down (deploy/kustomize/base/webhook/scheduler-owned-policy.yaml). The

@@ -12,10 +12,12 @@ from typing import Annotated, Final
 
 import msgspec
 
-from hami_common.annotations.keys import NODE_REGISTER
+from hami_common.annotations.keys import MODE_HAMI_CORE, MODE_MIG, NODE_REGISTER
 from hami_common.errors import AnnotationError
 
 __all__ = [
+    "MODE_HAMI_CORE",
+    "MODE_MIG",
     "DeviceInfo",
     "MigPlacement",
     "MigProfile",
@@ -23,9 +25,6 @@ __all__ = [
     "decode_node_devices",
     "encode_node_devices",
 ]
-
-MODE_HAMI_CORE: Final = "hami-core"
-MODE_MIG: Final = "mig"
 
 NonNegative = Annotated[int, msgspec.Meta(ge=0, le=2**31 - 1)]
 

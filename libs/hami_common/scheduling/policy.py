@@ -11,13 +11,18 @@ from dataclasses import dataclass
 from typing import Final
 
 from hami_common.annotations.keys import (
+    BINPACK,
     DEVICE_CORDON,
     DEVICE_SCORING_WEIGHTS,
     GPU_SCHEDULER_POLICY,
+    MUTEX,
     NODE_SCHEDULER_POLICY,
     NOUSE_GPUTYPE,
     NOUSE_GPUUUID,
+    NUMA,
     NUMA_BIND,
+    SPREAD,
+    TOPOLOGY_AWARE,
     USE_GPUTYPE,
     USE_GPUUUID,
     VGPU_MODE,
@@ -40,12 +45,6 @@ __all__ = [
     "parse_scoring_weights",
     "preferences_from_annotations",
 ]
-
-BINPACK: Final = "binpack"
-SPREAD: Final = "spread"
-TOPOLOGY_AWARE: Final = "topology-aware"
-MUTEX: Final = "mutex"
-NUMA: Final = "numa"
 
 
 class NodePolicy(enum.StrEnum):

@@ -141,6 +141,12 @@ class DeviceFamily(Vendor, Protocol):
         scheduler never granted). The webhook denies tenants setting or changing them."""
         ...
 
+    @property
+    def user_annotations(self) -> frozenset[str]:
+        """The pod annotations a tenant sets for this family (its use/nouse lists, Ascend's vnpu-mode): with
+        :attr:`owned_annotations`, the keys the webhook knows when it names a misspelt one."""
+        ...
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         """The cards of this family a placement gave the pod, per container (init first), read back from
         its ``…-devices-allocated`` annotation (what the ledger rebuilds from after a restart); ``()`` when

@@ -183,6 +183,10 @@ class AscendFamily:
             }
         )
 
+    @property
+    def user_annotations(self) -> frozenset[str]:
+        return frozenset({keys.use_uuid_key(self.word), keys.nouse_uuid_key(self.word), keys.VNPU_MODE})
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         key = keys.devices_allocated_key(self.word)
         value = pod_annotations.get(key)

@@ -35,7 +35,9 @@ from hami_common.vendors.cambricon.keys import (
     MLU,
     NODE_LOCK,
     NOT_ASSIGNED,
+    NOUSE_MLUTYPE,
     NOUSE_UUID,
+    USE_MLUTYPE,
     USE_UUID,
 )
 
@@ -179,6 +181,10 @@ class CambriconFamily:
             DSMLU_ASSIGNED: NOT_ASSIGNED,
             DSMLU_ASSIGHED: NOT_ASSIGNED,
         }
+
+    @property
+    def user_annotations(self) -> frozenset[str]:
+        return frozenset({USE_UUID, NOUSE_UUID, USE_MLUTYPE, NOUSE_MLUTYPE})  # the type lists: known, unread
 
     @property
     def owned_annotations(self) -> frozenset[str]:

@@ -130,6 +130,10 @@ class HygonFamily:
     def owned_annotations(self) -> frozenset[str]:
         return frozenset({DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED})
 
+    @property
+    def user_annotations(self) -> frozenset[str]:
+        return frozenset({USE_DCUTYPE, NOUSE_DCUTYPE, USE_UUID, NOUSE_UUID})
+
     def allocated(self, pod_annotations: Mapping[str, str]) -> tuple[tuple[ContainerDevice, ...], ...]:
         value = pod_annotations.get(DEVICES_ALLOCATED)
         return decode_pod_devices(value, DEVICES_ALLOCATED) if value else ()
