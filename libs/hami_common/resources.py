@@ -23,6 +23,7 @@ __all__ = [
     "GPU_MEMORY_PERCENTAGE",
     "GPU_PRIORITY",
     "INT32_MAX",
+    "MAX_CORES",
     "UNSET_PERCENTAGE",
     "ContainerResources",
     "DeviceRequest",
@@ -45,6 +46,7 @@ GPU_PRIORITY: Final = "nvidia.com/priority"
 
 UNSET_PERCENTAGE: Final = 101  # HAMi's sentinel: memory was given in MiB, not as a percentage
 FULL_PERCENTAGE: Final = 100
+MAX_CORES: Final = FULL_PERCENTAGE  # gpucores is a percentage of one card: more can never be honoured
 INT32_MAX: Final = 2**31 - 1  # HAMi parses every request field into an int32
 BAD_QUANTITY: Final = (
     "invalid {resource} value {value!r} in container {name}: {why}; it must be a whole number from 0 to {high}"

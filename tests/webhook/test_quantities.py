@@ -1,5 +1,5 @@
 """Unparsable, negative, fractional or past-int32 GPU quantities are refused at admission with a clear
-message naming the resource and the range it accepts (issue 21.3, issue 28.1a).
+message naming the resource and the range it accepts (issue 21.3, issue 28.1a); gpucores past 100 too (issue 31.4).
 
 Without this a pod asking for ``nvidia.com/gpumem: lots`` was admitted and then sat pending for ever while
 the extender failed on it at every scheduling attempt; and one asking for ``gpumem: 3Gi`` (3221225472 MiB,
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_PRIORITY
+from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_PRIORITY, INT32_MAX, MAX_CORES
 from tests.webhook.support import ServedWebhook, container, pod, review
 
 
@@ -28,6 +28,8 @@ from tests.webhook.support import ServedWebhook, container, pod, review
         pytest.param({GPU: "1", GPU_MEMORY: "3221225472"}, GPU_MEMORY, "it is too large", id="gpumem past int32"),
         pytest.param({GPU: "2147483648"}, GPU, "it is too large", id="count past int32"),
         pytest.param({GPU: "1", GPU_CORES: "1e10"}, GPU_CORES, "it is too large", id="gpucores past int32"),
+        pytest.param({GPU: "1", GPU_CORES: "150"}, GPU_CORES, "it is too large", id="gpucores past 100"),
+        pytest.param({GPU: "1", GPU_CORES: "101"}, GPU_CORES, "it is too large", id="gpucores 101"),
     ],
 )
 @pytest.mark.parametrize("where", ["limits", "requests"])
@@ -39,9 +41,10 @@ def test_bad_gpu_quantity_is_refused_with_a_message_naming_it(
     assert response["allowed"] is False
     assert response["status"]["code"] == 400
     message = response["status"]["message"]
+    high = MAX_CORES if resource == GPU_CORES else INT32_MAX  # cores are a percentage of one card
     assert message == (
         f"invalid {resource} value {resources[resource]!r} in container trainer: {why}; "
-        "it must be a whole number from 0 to 2147483647"
+        f"it must be a whole number from 0 to {high}"
     )
 
 

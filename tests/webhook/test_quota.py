@@ -113,21 +113,31 @@ def gpu(memory: str, count: str = "1") -> dict[str, str]:
     return {GPU: count, GPU_MEMORY: memory}
 
 
+def exceeding(requested: int, used: int = 1000, limit: int = 2000) -> str:
+    """The denial of team-a's quota: the resource, the request, the namespace's use and the limit (issue 31.4)."""
+    return (
+        f"exceeding resource quota: limits.{GPU_MEMORY}: the pod requests {requested} MiB, "
+        f"the namespace uses {used} MiB, the limit is {limit} MiB"
+    )
+
+
 CASE_23: list[Any] = [
-    pytest.param(pod(container(limits=gpu("100")), namespace="team-a"), True, id="100 MiB more fits"),
-    pytest.param(pod(container(limits=gpu("1024")), namespace="team-a"), False, id="1024 MiB more exceeds"),
-    pytest.param(pod(container(limits=gpu("1024", "2")), namespace="team-a"), False, id="two GPUs of 1024 exceed"),
-    pytest.param(pod(container(limits=gpu("400", "2")), namespace="team-a"), True, id="two GPUs of 400 fit"),
+    pytest.param(pod(container(limits=gpu("100")), namespace="team-a"), None, id="100 MiB more fits"),
+    pytest.param(pod(container(limits=gpu("1024")), namespace="team-a"), exceeding(1024), id="1024 MiB more exceeds"),
+    pytest.param(
+        pod(container(limits=gpu("1024", "2")), namespace="team-a"), exceeding(2048), id="two GPUs of 1024 exceed"
+    ),
+    pytest.param(pod(container(limits=gpu("400", "2")), namespace="team-a"), None, id="two GPUs of 400 fit"),
     pytest.param(
         pod(
             container(limits=gpu("500")),
             init=(container("i1", limits=gpu("800")), container("i2", limits=gpu("800"))),
             namespace="team-a",
         ),
-        True,
+        None,
         id="init containers count their peak, not their sum",
     ),
-    pytest.param(pod(container(limits=gpu("5000")), namespace="elsewhere"), True, id="a namespace without quota"),
+    pytest.param(pod(container(limits=gpu("5000")), namespace="elsewhere"), None, id="a namespace without quota"),
 ]
 
 
@@ -154,15 +164,15 @@ async def ready(webhook: ServedWebhook) -> None:
     await eventually(probe, what="webhook caches synced")
 
 
-@pytest.mark.parametrize(("original", "fits"), CASE_23)
+@pytest.mark.parametrize(("original", "denial"), CASE_23)
 async def test_quota_against_a_resourcequota_and_placed_pods(
-    quota_webhook: ServedWebhook, original: Any, fits: bool
+    quota_webhook: ServedWebhook, original: Any, denial: str | None
 ) -> None:
     await ready(quota_webhook)
     response = quota_webhook.admit(review(original))
-    assert response["allowed"] is fits
-    if not fits:
-        assert response["status"] == {"code": 403, "reason": "Forbidden", "message": "exceeding resource quota"}
+    assert response["allowed"] is (denial is None)
+    if denial is not None:
+        assert response["status"] == {"code": 403, "reason": "Forbidden", "message": denial}
 
 
 async def test_a_placed_pod_without_the_node_label_still_counts_against_the_quota(
@@ -181,5 +191,5 @@ async def test_a_placed_pod_without_the_node_label_still_counts_against_the_quot
         await ready(webhook)
         response = webhook.admit(review(pod(container(limits=gpu("1500")), namespace="team-a")))
         assert response["allowed"] is False
-        assert response["status"]["message"] == "exceeding resource quota"
+        assert response["status"]["message"] == exceeding(1500)
         assert webhook.admit(review(pod(container(limits=gpu("1000")), namespace="team-a")))["allowed"] is True

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Final
@@ -10,9 +11,24 @@ from hami_common.errors import InvalidInput
 from hami_common.quantity import as_int
 from hami_common.resources import GPU_CORES, GPU_MEMORY
 
-__all__ = ["LIMITS_PREFIX", "NamespaceQuota", "quota_from_hard"]
+__all__ = ["LIMITS_PREFIX", "NamespaceQuota", "QuotaExcess", "QuotaField", "quota_from_hard"]
 
 LIMITS_PREFIX: Final = "limits."
+
+
+class QuotaField(enum.StrEnum):
+    MEMORY = "memory"  # MiB (the memory resource times the family's memory factor)
+    CORES = "cores"
+
+
+@dataclass(frozen=True, slots=True)
+class QuotaExcess:
+    """Which limit a request would pass: the request, what the namespace holds, and the limit (memory in MiB)."""
+
+    field: QuotaField
+    requested: int
+    used: int
+    limit: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +42,17 @@ class NamespaceQuota:
 
     def fits(self, memory: int, cores: int, memory_factor: int = 1) -> bool:
         """HAMi's ``FitQuota``: an explicit limit of 0 blocks everything; no limit always passes."""
+        return self.excess(memory, cores, memory_factor) is None
+
+    def excess(self, memory: int, cores: int, memory_factor: int = 1) -> QuotaExcess | None:
+        """The first limit (memory, then cores, as HAMi checks them) the request would pass; None when it fits."""
         if self.memory_limit is not None:
             limit = self.memory_limit * (memory_factor if memory_factor > 1 else 1)
             if self.used_memory + memory > limit:
-                return False
-        return self.cores_limit is None or self.used_cores + cores <= self.cores_limit
+                return QuotaExcess(QuotaField.MEMORY, memory, self.used_memory, limit)
+        if self.cores_limit is not None and self.used_cores + cores > self.cores_limit:
+            return QuotaExcess(QuotaField.CORES, cores, self.used_cores, self.cores_limit)
+        return None
 
     def charged(self, memory: int, cores: int) -> NamespaceQuota:
         return replace(self, used_memory=self.used_memory + memory, used_cores=self.used_cores + cores)

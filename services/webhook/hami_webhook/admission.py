@@ -15,8 +15,12 @@ The order on CREATE:
 5. a privileged container in a GPU pod → denied ``container <name> is privileged``; (ours) one adding
    CAP_SYS_ADMIN → denied ``container <name> adds CAP_SYS_ADMIN``;
 6. schedulerName set; a pod with a nodeName → denied ``pod has node assigned``;
-7. the namespace quota, NVIDIA's and each family's → denied ``exceeding resource quota``;
+7. the namespace quota, NVIDIA's and each family's → denied ``exceeding resource quota`` (ours: followed by
+   the limit passed, the request, the namespace's use and the limit);
 8. (ours) the trace context annotation; the patch.
+
+(Ours, beyond HAMi) every CREATE verdict, whatever its outcome, carries the pod's likely typos as warnings
+(:mod:`hami_webhook.typos`); they never change the outcome.
 
 On UPDATE only the guards of step 2 apply, plus step 5 for ephemeral containers newly added to a GPU pod
 (``pods/ephemeralcontainers``); other operations are allowed as they are.
@@ -24,6 +28,7 @@ On UPDATE only the guards of step 2 apply, plus step 5 for ephemeral containers 
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -39,6 +44,8 @@ from hami_common.envvars import (
 from hami_common.errors import InvalidInput
 from hami_common.quantity import value
 from hami_common.resources import (
+    INT32_MAX,
+    MAX_CORES,
     ContainerResources,
     ResourceConfig,
     checked_whole,
@@ -47,15 +54,16 @@ from hami_common.resources import (
     needs_default_gpu_num,
     validate_percentage,
 )
-from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.scheduling.quota import NamespaceQuota, QuotaExcess, QuotaField
 from hami_common.vendors import DeviceFamily
 from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, render_patch
 from hami_webhook.podview import SYS_ADMIN, ContainerSpec, EnvVar, PodView, decode_pod
 from hami_webhook.reserved import touched_reserved_annotation
 from hami_webhook.review import AdmissionRequest, is_empty
+from hami_webhook.typos import known_names, typo_warnings
 from hami_webhook.vendors import (
     admit_families,
-    families_fit_quota,
+    families_quota_excess,
     family_owned_annotations,
     family_resource_names,
 )
@@ -86,6 +94,11 @@ OTHER_SCHEDULER: Final = "pod already has different scheduler assigned"
 PRIVILEGED: Final = "container {name} is privileged"
 NODE_ASSIGNED: Final = "pod has node assigned"
 QUOTA_EXCEEDED: Final = "exceeding resource quota"
+QUOTA_DETAIL: Final = (
+    QUOTA_EXCEEDED + ": limits.{resource}: the pod requests {requested}{unit}, the namespace uses {used}{unit}, "
+    "the limit is {limit}{unit}"
+)
+MIB: Final = " MiB"
 NO_CONTENT: Final = "there is no content to decode"
 RESERVED_ANNOTATION: Final = "annotation {key} is reserved for the GPU scheduler; {user} may not set or change it"
 EPHEMERAL_GPU: Final = "ephemeral container {name} requests {resource}: ephemeral containers cannot have GPUs"
@@ -112,6 +125,7 @@ class Verdict:
     patch: tuple[PatchOp, ...] = ()
     pod: PodView | None = None
     gpu_containers: int = 0
+    warnings: tuple[str, ...] = ()  # the pod's likely typos (hami_webhook.typos); never change the outcome
 
     @property
     def allowed(self) -> bool:
@@ -184,9 +198,17 @@ def admit(
     if req.operation == UPDATE:
         return _guards(req, pod, old, policy) or _allowed(pod=pod)
     try:
-        return _create(req, pod, policy, namespaces, trace_context)
+        verdict = _create(req, pod, policy, namespaces, trace_context)
     except InvalidInput as err:  # a quantity that does not parse: Go's decoder would have refused the pod
-        return _errored(HTTP_BAD_REQUEST, str(err), pod)
+        verdict = _errored(HTTP_BAD_REQUEST, str(err), pod)
+    warnings = _typos(pod, policy)
+    return dataclasses.replace(verdict, warnings=warnings) if warnings else verdict
+
+
+def _typos(pod: PodView, policy: AdmissionPolicy) -> tuple[str, ...]:
+    spec = pod.spec
+    containers = [ctr.as_resources() for ctr in (*spec.init_containers, *spec.containers, *spec.ephemeral_containers)]
+    return typo_warnings(pod.annotations, containers, known_names(policy.resources, policy.families))
 
 
 def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: AdmissionPolicy) -> Verdict | None:
@@ -298,17 +320,33 @@ def _create(
         if pod.spec.node_name:
             return _denied(NODE_ASSIGNED, pod)
     quota = namespace.quota
+    config = policy.resources
     if quota.memory_limit is not None or quota.cores_limit is not None:  # no limits: nothing can exceed them
-        memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], policy.resources)
-        if (memory or cores) and not quota.fits(memory, cores, policy.resources.memory_factor):
-            return _denied(QUOTA_EXCEEDED, pod)
+        memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], config)
+        excess = quota.excess(memory, cores, config.memory_factor) if memory or cores else None
+        if excess is not None:
+            return _denied(_quota_denial(excess, config.memory_name, config.core_name), pod)
     init, app = mutated[ContainerList.INIT], mutated[ContainerList.APP]
-    if not families_fit_quota(policy.families, namespace.family_quotas, init, app):
-        return _denied(QUOTA_EXCEEDED, pod)
+    family_excess = families_quota_excess(policy.families, namespace.family_quotas, init, app)
+    if family_excess is not None:
+        limited, excess = family_excess
+        return _denied(_quota_denial(excess, limited.quota.memory_name, limited.quota.core_name), pod)
     if gpu_containers and trace_context and TRACE_CONTEXT not in pod.annotations:
         edits.annotations[TRACE_CONTEXT] = trace_context
     patch = () if edits.empty else render_patch(pod, edits)
     return Verdict(Outcome.ALLOWED, HTTP_OK, "", patch, pod, gpu_containers)
+
+
+def _quota_denial(excess: QuotaExcess, memory_name: str, core_name: str) -> str:
+    """HAMi's ``exceeding resource quota``, then which limit, the request, the namespace's use and the limit."""
+    memory = excess.field is QuotaField.MEMORY
+    return QUOTA_DETAIL.format(
+        resource=memory_name if memory else core_name,
+        requested=excess.requested,
+        used=excess.used,
+        limit=excess.limit,
+        unit=MIB if memory else "",
+    )
 
 
 def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | None:
@@ -320,7 +358,8 @@ def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | Non
     are whole and non-negative), so the rule is ours: every managed resource of every configured family, in
     limits and in requests, is a whole number from 0 to 2³¹-1, and stays in range once scaled (memoryFactor,
     a vendor's memory unit). The message (``hami_common.resources.BAD_QUANTITY``) names the resource and the
-    accepted range.
+    accepted range. ``gpucores`` is a percentage of one card: it is refused past 100 (HAMi clamps it, so a pod
+    asking 150 would run with 100 believing it had more).
     """
     config = policy.resources
     names = (config.count_name, config.memory_name, config.core_name, config.priority_name)
@@ -329,7 +368,7 @@ def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | Non
             for source in (res.limits, res.requests):
                 text = source.get(name)
                 if text is not None:
-                    checked_whole(res.name, name, text)
+                    checked_whole(res.name, name, text, high=MAX_CORES if name == config.core_name else INT32_MAX)
         if config.memory_factor > 1:  # memory past int32 once scaled, as the extender reads it
             container_request(res, config)
         for family in policy.families:

@@ -84,6 +84,7 @@ class AdmissionResponse(_Wire, frozen=True, omit_defaults=True):
     status: ResultStatus
     patch: bytes | None = None  # JSON encodes bytes as base64, as the apiserver expects
     patch_type: str | None = None
+    warnings: tuple[str, ...] = ()  # kube-apiserver hands each to the client as a Warning header
 
 
 class ResponseReview(_Wire, frozen=True):

@@ -71,9 +71,14 @@ def _response(req: AdmissionRequest, verdict: Verdict) -> AdmissionResponse:
     reason = FORBIDDEN if verdict.outcome is Outcome.DENIED else ""
     status = ResultStatus(code=verdict.code, message=verdict.message, reason=reason)
     if not verdict.patch:
-        return AdmissionResponse(uid=req.uid, allowed=verdict.allowed, status=status)
+        return AdmissionResponse(uid=req.uid, allowed=verdict.allowed, status=status, warnings=verdict.warnings)
     return AdmissionResponse(
-        uid=req.uid, allowed=True, status=status, patch=encode_patch(verdict.patch), patch_type=JSON_PATCH
+        uid=req.uid,
+        allowed=True,
+        status=status,
+        patch=encode_patch(verdict.patch),
+        patch_type=JSON_PATCH,
+        warnings=verdict.warnings,
     )
 
 

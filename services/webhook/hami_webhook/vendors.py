@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from hami_common.errors import InvalidInput
 from hami_common.resources import ContainerResources
-from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.scheduling.quota import NamespaceQuota, QuotaExcess
 from hami_common.vendors import DeviceFamily
 from hami_webhook.patch import ContainerEdit
 from hami_webhook.podview import EnvVar
@@ -27,6 +27,7 @@ __all__ = [
     "FamilyVerdict",
     "admit_families",
     "families_fit_quota",
+    "families_quota_excess",
     "family_demand",
     "family_owned_annotations",
     "family_resource_names",
@@ -109,18 +110,30 @@ def family_demand(
     return max(peaks[0], peaks[2]), max(peaks[1], peaks[3])
 
 
+def families_quota_excess(
+    families: Sequence[DeviceFamily],
+    quotas: Mapping[str, NamespaceQuota],
+    init: Sequence[ContainerResources],
+    app: Sequence[ContainerResources],
+) -> tuple[DeviceFamily, QuotaExcess] | None:
+    """HAMi's ``FitQuota`` per family whose resources the namespace limits (``quotas`` by common word): the
+    first family, in configuration order, whose limit the pod would pass, and which limit; None when all fit."""
+    for family in families:
+        quota = quotas.get(family.word)
+        if quota is None or (quota.memory_limit is None and quota.cores_limit is None):
+            continue
+        memory, cores = family_demand(family, init, app)
+        excess = quota.excess(memory, cores, family.quota.memory_factor) if memory or cores else None
+        if excess is not None:
+            return family, excess
+    return None
+
+
 def families_fit_quota(
     families: Sequence[DeviceFamily],
     quotas: Mapping[str, NamespaceQuota],
     init: Sequence[ContainerResources],
     app: Sequence[ContainerResources],
 ) -> bool:
-    """HAMi's ``FitQuota`` per family whose resources the namespace limits (``quotas`` by common word)."""
-    for family in families:
-        quota = quotas.get(family.word)
-        if quota is None or (quota.memory_limit is None and quota.cores_limit is None):
-            continue
-        memory, cores = family_demand(family, init, app)
-        if (memory or cores) and not quota.fits(memory, cores, family.quota.memory_factor):
-            return False
-    return True
+    """Whether the pod fits every family's namespace quota (:func:`families_quota_excess` finds none)."""
+    return families_quota_excess(families, quotas, init, app) is None
