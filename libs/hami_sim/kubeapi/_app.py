@@ -29,6 +29,7 @@ from hami_sim.kubeapi._selectors import (
 )
 from hami_sim.kubeapi._store import Store, object_key
 from hami_sim.kubeapi._table import to_table, wants_table
+from hami_sim.kubeapi._warnings import WARNING_HEADER, WarningRecorder
 from hami_sim.kubeapi._webhooks import ADMIN, Caller, Webhooks
 
 __all__ = ["create_app"]
@@ -178,13 +179,17 @@ class Api:
     async def handle(self, request: Request) -> Response:
         if self.requests is not None:
             self.requests.append((request.method, request.url.path))
+        warnings = request.state.warnings = WarningRecorder()
         try:
-            return await self.dispatch(request)
+            response = await self.dispatch(request)
         except ApiError as err:
-            return json_response(err.status(), err.code)
+            response = json_response(err.status(), err.code)
         except Exception as err:  # the one broad catch: any bug answers 500 in API form, the server lives on
             log.exception("emulator failed on %s %s", request.method, request.url.path)
             return json_response(status_body(500, "InternalError", f"Internal error occurred: {err}"), 500)
+        for value in warnings.latin1():  # the webhooks' warnings, whether the request succeeded or not
+            response.headers.append(WARNING_HEADER, value)
+        return response
 
     async def dispatch(self, request: Request) -> Response:
         path = request.url.path
@@ -261,7 +266,7 @@ class Api:
         if self.webhooks.wanted(target.rt):
             view = admission_view(target.rt, body, target.namespace)
             body = await self.webhooks.admit_create(
-                target.rt, target.namespace, view, _caller(request), dry_run=dry_run
+                target.rt, target.namespace, view, _caller(request), dry_run=dry_run, warnings=request.state.warnings
             )
         if dry_run:
             return self.store.dry_create(target.rt, target.namespace, body)

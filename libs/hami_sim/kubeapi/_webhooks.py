@@ -5,7 +5,9 @@ every create; each webhook whose rules, namespaceSelector, objectSelector and ma
 request gets an ``admission.k8s.io/v1`` AdmissionReview over HTTPS (``clientConfig.url``, trusting
 ``caBundle``, ``?timeout=<n>s``), in configuration-name order. A returned JSONPatch mutates the object the
 next webhook and the store see; a refusal or a failure to call (``failurePolicy: Fail``) refuses the create
-with kube-apiserver's Status. matchConditions are evaluated with cel-python when it is installed.
+with kube-apiserver's Status. Each webhook's ``response.warnings`` go to the request's
+:class:`~hami_sim.kubeapi._warnings.WarningRecorder`, allowed or refused, as kube-apiserver hands them to the
+client. matchConditions are evaluated with cel-python when it is installed.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from hami_sim.kubeapi._patch import PatchError, apply_json_patch
 from hami_sim.kubeapi._resources import ResourceType, find
 from hami_sim.kubeapi._selectors import FieldSelector, LabelSelector, SelectorError, label_selector_of
 from hami_sim.kubeapi._store import Store
+from hami_sim.kubeapi._warnings import WarningRecorder
 
 __all__ = ["ADMIN", "Caller", "Webhooks", "webhook_configurations"]
 
@@ -61,6 +64,7 @@ class _Response(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
     status: dict[str, Any] | None = None
     patch: str | None = None
     patch_type: str | None = None
+    warnings: list[str] | None = None
 
 
 class _Review(msgspec.Struct, frozen=True, kw_only=True, rename="camel"):
@@ -238,7 +242,14 @@ class Webhooks:
         return rt.plural not in _NOT_ADMITTED and bool(self._hooks())
 
     async def admit_create(
-        self, rt: ResourceType, namespace: str | None, obj: JsonObj, caller: Caller, *, dry_run: bool = False
+        self,
+        rt: ResourceType,
+        namespace: str | None,
+        obj: JsonObj,
+        caller: Caller,
+        *,
+        dry_run: bool = False,
+        warnings: WarningRecorder | None = None,
     ) -> JsonObj:
         if rt.plural in _NOT_ADMITTED:
             return obj
@@ -255,7 +266,7 @@ class Webhooks:
                 name = str((obj.get("metadata") or {}).get("name") or "")
                 raise _forbidden(rt, name, error)
             if called:
-                obj = _redecoded(rt, namespace, await self._call(hook, obj, request))
+                obj = _redecoded(rt, namespace, await self._call(hook, obj, request, warnings))
         return obj
 
     def _namespace_labels(self, rt: ResourceType, namespace: str | None, obj: JsonObj) -> Mapping[str, Any]:
@@ -308,7 +319,9 @@ class Webhooks:
         )
         return request
 
-    async def _call(self, hook: Mapping[str, Any], obj: JsonObj, request: JsonObj) -> JsonObj:
+    async def _call(
+        self, hook: Mapping[str, Any], obj: JsonObj, request: JsonObj, warnings: WarningRecorder | None
+    ) -> JsonObj:
         name = str(hook.get("name", ""))
         try:
             response = await self._exchange(hook, request)
@@ -316,6 +329,9 @@ class Webhooks:
             if _failure_ignored(hook):
                 return obj
             raise _call_failed(name, str(err)) from None
+        if warnings is not None:
+            for text in response.warnings or ():
+                warnings.add(text)
         if not response.allowed:
             raise _denied(name, response.status)
         if not response.patch:
