@@ -10,7 +10,9 @@ kube-scheduler's backoff queue does (podInitialBackoffSeconds, podMaxBackoffSeco
 does not cut the backoff short. So a pod that can never be placed costs a bounded number of calls, Events
 (which the recorder aggregates) and log lines per minute.
 
-Before the extender, the driver filters nodes as kube-scheduler's NodeResourcesFit plugin does: the pod's
+Before the extender, the driver filters nodes as kube-scheduler's TaintToleration plugin does (a node with a
+``NoSchedule`` or ``NoExecute`` taint the pod does not tolerate is out: ``node(s) had untolerated taint {k: v}``),
+then as its NodeResourcesFit plugin does: the pod's
 requests (containers summed, init containers at their largest; a request defaults to its limit) against
 each node's allocatable less what the pods bound there (or assumed) request, for every resource but those
 an extender manages with ``ignoredByScheduler: true``; a node short of one gets ``Insufficient <resource>``.
@@ -40,6 +42,7 @@ from hami_common.kube import (
     KubeClient,
     Node,
     Pod,
+    Toleration,
     WatchCache,
     node_source,
     pod_source,
@@ -60,6 +63,7 @@ __all__ = [
     "insufficient",
     "is_unschedulable_message",
     "pod_requests",
+    "untolerated_taint",
 ]
 
 log = logging.getLogger(__name__)
@@ -76,6 +80,9 @@ MAX_BACKOFF_S: Final = 10.0  # kube-scheduler's podMaxBackoffSeconds
 PODS: Final = "pods"  # the allocatable count of pods a node takes (NodeResourcesFit: "Too many pods")
 TOO_MANY_PODS: Final = "Too many pods"
 _TERMINAL: Final = frozenset({"Succeeded", "Failed"})  # pods that no longer hold what they requested
+_REPELLING: Final = frozenset({"NoSchedule", "NoExecute"})  # taint effects TaintToleration filters on
+EXISTS: Final = "Exists"  # toleration operators
+EQUAL: Final = "Equal"
 
 
 class ExtenderArgs(msgspec.Struct, frozen=True):
@@ -150,6 +157,28 @@ def insufficient(
         if amount > free:
             reasons.append(f"Insufficient {name}")
     return reasons
+
+
+def untolerated_taint(node: Node, pod: Pod) -> str:
+    """TaintToleration's reason why ``node`` cannot take ``pod``: its first ``NoSchedule`` or ``NoExecute``
+    taint that none of the pod's tolerations matches (empty: none)."""
+    for taint in node.spec.taints:
+        if taint.effect not in _REPELLING:
+            continue
+        if not any(_tolerates(t, taint.key, taint.value, taint.effect) for t in pod.spec.tolerations):
+            return f"node(s) had untolerated taint {{{taint.key}: {taint.value}}}"
+    return ""
+
+
+def _tolerates(toleration: Toleration, key: str, value: str, effect: str) -> bool:
+    """Kubernetes' ``Toleration.ToleratesTaint``: an empty effect or key matches any; Exists ignores the value."""
+    if toleration.effect and toleration.effect != effect:
+        return False
+    if toleration.key and toleration.key != key:
+        return False
+    if toleration.operator == EXISTS:
+        return True
+    return toleration.operator in ("", EQUAL) and toleration.value == value
 
 
 def unschedulable_message(reasons: Mapping[str, str], total: int) -> str:
@@ -318,7 +347,8 @@ class SchedulerDriver:
         misfits: dict[str, str] = {}
         for node_obj in nodes:
             name = node_obj.metadata.name
-            reasons = insufficient(wanted, node_obj, used.get(name, {}), count.get(name, 0))
+            taint = untolerated_taint(node_obj, pod)  # kube-scheduler's filters stop at the first that fails
+            reasons = [taint] if taint else insufficient(wanted, node_obj, used.get(name, {}), count.get(name, 0))
             if reasons:
                 misfits[name] = ", ".join(reasons)
             else:

@@ -77,6 +77,8 @@ from hami_common.kube._types import (
     ResourceQuotaStatus,
     ResourceRequirements,
     Status,
+    Taint,
+    Toleration,
 )
 
 __all__ = [
@@ -135,6 +137,8 @@ __all__ = [
     "ResourceRequirements",
     "Retried",
     "Status",
+    "Taint",
+    "Toleration",
     "WatchCache",
     "WatchItem",
     "WatchStats",

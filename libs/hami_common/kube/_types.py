@@ -42,6 +42,8 @@ __all__ = [
     "ResourceQuotaStatus",
     "ResourceRequirements",
     "Status",
+    "Taint",
+    "Toleration",
     "WatchEvent",
 ]
 
@@ -121,12 +123,21 @@ class PodCondition(_Wire, frozen=True):
     message: str = ""
 
 
+class Toleration(_Wire, frozen=True):
+    key: str = ""  # empty with operator Exists: every taint
+    operator: str = ""  # "Equal" (the default) or "Exists"
+    value: str = ""
+    effect: str = ""  # empty: every effect
+    toleration_seconds: int | None = None  # NoExecute: how long the pod stays once tainted
+
+
 class PodSpec(_Wire, frozen=True):
     node_name: str = ""
     scheduler_name: str = ""
     priority: int = 0  # the PriorityClass value the apiserver resolved (preemption compares these)
     containers: tuple[Container, ...] = ()
     init_containers: tuple[Container, ...] = ()
+    tolerations: tuple[Toleration, ...] = ()
 
 
 class PodStatus(_Wire, frozen=True):
@@ -165,8 +176,15 @@ class NodeAddress(_Wire, frozen=True):
     address: str = ""
 
 
+class Taint(_Wire, frozen=True):
+    key: str = ""
+    value: str = ""
+    effect: str = ""  # NoSchedule, PreferNoSchedule or NoExecute
+
+
 class NodeSpec(_Wire, frozen=True):
     unschedulable: bool = False
+    taints: tuple[Taint, ...] = ()
 
 
 class NodeStatus(_Wire, frozen=True):

@@ -9,10 +9,11 @@
 
 from hami_sim.stack._admission import AdmissionDenied, Admitter
 from hami_sim.stack._cluster import LocalCluster
-from hami_sim.stack._config import StackConfig, gpu_uuid, inventory_document, node_name
+from hami_sim.stack._config import MIG_TAINT, StackConfig, gpu_uuid, inventory_document, mig_node_name, node_name
 from hami_sim.stack._node import Admitted, SimNode
 
 __all__ = [
+    "MIG_TAINT",
     "AdmissionDenied",
     "Admitted",
     "Admitter",
@@ -21,5 +22,6 @@ __all__ = [
     "StackConfig",
     "gpu_uuid",
     "inventory_document",
+    "mig_node_name",
     "node_name",
 ]

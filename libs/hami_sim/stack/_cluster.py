@@ -47,7 +47,14 @@ from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.realk8s import ControlPlane, ManagedResource, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
 from hami_sim.stack._admission import Admitter
-from hami_sim.stack._config import StackConfig, gpu_uuid, vendor_capacity, write_grant_key, write_inventory
+from hami_sim.stack._config import (
+    MIG_TAINT,
+    StackConfig,
+    gpu_uuid,
+    vendor_capacity,
+    write_grant_key,
+    write_inventory,
+)
 from hami_sim.stack._http import bind_loopback, serve_app
 from hami_sim.stack._node import Admitted, LaunchedNode, NodeConnections, SimNode, hand_over
 from hami_sim.stack._nodehost import NodeHost
@@ -298,6 +305,8 @@ class LocalCluster:
                     "conditions": [{"type": "Ready", "status": "True"}],
                 },
             }
+            if self.config.taint_mig_nodes and name in self.config.mig_node_names():
+                body["spec"] = {"taints": [dict(MIG_TAINT)]}
             self.api.create("", "v1", "nodes", None, body)
 
     async def _start_nodes(self, connections: NodeConnections, tasks: asyncio.TaskGroup) -> None:

@@ -18,6 +18,7 @@ from hami_common.vendors.plugin import fake_vendors, plugins
 
 __all__ = [
     "GPU_MODEL",
+    "MIG_TAINT",
     "StackConfig",
     "gpu_uuid",
     "inventory_document",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 GPU_MODEL: Final = "NVIDIA A100-SXM4-80GB"
+# The taint of a MIG node when ``StackConfig.taint_mig_nodes``: deploy/'s hami-node DaemonSet tolerates the key
+# (``nvidia.com/gpu``, Exists), so the node's own services still run there; a pod must tolerate the value.
+MIG_TAINT: Final = {"key": "nvidia.com/gpu", "value": "mig", "effect": "NoSchedule"}
 _UUID_NAMESPACE: Final = uuid.UUID("6f1d3c2a-5b9e-4c1a-9d3e-0a4b8c7d6e5f")
 
 
@@ -84,6 +88,10 @@ class StackConfig:
     # has ``mig_gpus_per_node`` cards of ``gpu_model`` with MIG mode on.
     mig_nodes: int = 0
     mig_gpus_per_node: int = 2
+    # Whether the MIG nodes carry ``MIG_TAINT``, as an operator keeps the pods that do not ask for MIG off
+    # them: `hami up` does, so that each example lands where its comment says (examples/mig.yaml tolerates
+    # it). Off, pods choose between MIG and shared cards by ``nvidia.com/vgpu-mode`` alone, as in HAMi.
+    taint_mig_nodes: bool = False
     # Other vendors (fake-inventory words: ascend, cambricon, hygon): one node each beside ``nodes``, holding
     # ``vendor_devices_per_node`` devices of the vendor's chart-default model, and the device-config section
     # that enables the family added to the file every service gets (``service_device_config``).
