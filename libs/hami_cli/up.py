@@ -251,6 +251,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         gpus_per_node=args.gpus,
         mig_nodes=args.mig_nodes,
         mig_gpus_per_node=args.mig_gpus,
+        taint_mig_nodes=True,  # only pods that tolerate it land there: each example where its comment says
         vendors=args.vendors,
         vendor_devices_per_node=args.vendor_devices,
         kube=args.kube,
