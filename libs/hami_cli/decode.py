@@ -13,18 +13,20 @@ import binascii
 import dataclasses
 import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Final
 
 import msgspec
 
+from hami_cli.helpfmt import DefaultsHelp
 from hami_common import annotations as ann
 from hami_common.annotations.registration import MODE_HAMI_CORE, MODE_MIG
 from hami_common.errors import AnnotationError, InvalidInput
 from hami_common.scheduling.policy import BINPACK, SPREAD, TOPOLOGY_AWARE, parse_bool, parse_scoring_weights
+from hami_common.vendors import DeviceFamily, NodeView
 
-__all__ = ["DECODERS", "decode", "decode_main"]
+__all__ = ["DECODERS", "all_decoders", "decode", "decode_main", "family_decoders", "parser"]
 
 _TRACEPARENT: Final = re.compile(r"^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$")
 _DNS_SUBDOMAIN: Final = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -123,7 +125,11 @@ def _mig(value: str, key: str) -> object:
     return msgspec.to_builtins(ann.decode_mig_allocations(value, key))
 
 
-DECODERS: Final[dict[str, Callable[[str, str], object]]] = {
+Decoder = Callable[[str, str], object]
+_DEVICE_LISTS: Final = ("-devices-allocated", "-devices-to-allocate")
+_USE_KEY: Final = re.compile(r"/(no)?use-")
+
+DECODERS: Final[dict[str, Decoder]] = {
     # node
     ann.NODE_REGISTER: lambda v, k: msgspec.to_builtins(ann.decode_node_devices(v, k)),
     ann.NODE_SCORE: lambda v, k: ann.decode_pair_scores(v, k),
@@ -158,23 +164,81 @@ DECODERS: Final[dict[str, Callable[[str, str], object]]] = {
 }
 
 
-def decode(key: str, value: str) -> bytes:
+def _lock_time(value: str, key: str) -> object:
+    """A vendor's node lock: HAMi's ``time,namespace,name`` form or a bare RFC 3339 time (Cambricon's)."""
+    try:
+        return _node_lock(value, key)
+    except AnnotationError:
+        return {"locked_at": ann.encode_rfc3339(ann.decode_rfc3339(value, key))}
+
+
+def _word(value: str, key: str) -> object:
+    if not value.strip() or not value.isprintable():
+        raise AnnotationError(key, f"{value!r} is not a word")
+    return value
+
+
+def _registered(family: DeviceFamily) -> Decoder:
+    def decode_register(value: str, key: str) -> object:
+        try:
+            devices = family.node_devices(NodeView(name="", annotations={key: value}))
+        except InvalidInput as err:
+            raise AnnotationError(key, str(err)) from err
+        return [msgspec.to_builtins(dataclasses.asdict(d)) for d in devices]
+
+    return decode_register
+
+
+def family_decoders(families: Sequence[DeviceFamily]) -> dict[str, Decoder]:
+    """The keys each device family reads or writes, found through the family port (no vendor is named here):
+    its node registration, handshake and lock; the device lists a placement writes; the keys a tenant sets."""
+    found: dict[str, Decoder] = {}
+    for family in families:
+        if family.register_key:
+            found[family.register_key] = _registered(family)
+        if family.handshake_key:
+            found[family.handshake_key] = _handshake
+        found.setdefault(family.node_lock.key, _lock_time)
+        for key in family.owned_annotations:
+            # HAMi's device-list form is every vendor's (EncodeContainerDevices); the rest are the system's words
+            found[key] = _pod_devices if key.endswith(_DEVICE_LISTS) else _word
+        for key in family.user_annotations:
+            found[key] = _list if _USE_KEY.search(key) else _word
+    return {k: v for k, v in found.items() if k not in DECODERS}
+
+
+def all_decoders() -> dict[str, Decoder]:
+    """HAMi's own keys and every shipped family's (with HAMi's chart defaults)."""
+    from hami_cli.status import default_fleet  # the families as `hami status` reads a cluster
+
+    return {**DECODERS, **family_decoders(default_fleet().families)}
+
+
+def decode(key: str, value: str, decoders: Mapping[str, Decoder] | None = None) -> bytes:
     """The decoded value as indented JSON; ``AnnotationError`` for a malformed value, KeyError for a key."""
-    return msgspec.json.format(msgspec.json.encode(DECODERS[key](value, key)), indent=2)
+    table = DECODERS if decoders is None else decoders
+    return msgspec.json.format(msgspec.json.encode(table[key](value, key)), indent=2)
 
 
-def decode_main(argv: Sequence[str]) -> int:
+def parser(decoders: Mapping[str, Decoder] | None = None) -> argparse.ArgumentParser:
+    decoders = all_decoders() if decoders is None else decoders
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelp,
         prog="hami decode",
         description="Explain a HAMi annotation or label value as JSON; a value that does not parse fails (rc 1) "
         "with the reason.",
-        epilog="keys: " + ", ".join(sorted(DECODERS)),
+        epilog="keys: " + ", ".join(sorted(decoders)),
     )
-    parser.add_argument("key", choices=sorted(DECODERS), metavar="KEY", help="the annotation or label key")
+    parser.add_argument("key", choices=sorted(decoders), metavar="KEY", help="the annotation or label key")
     parser.add_argument("value", metavar="VALUE")
-    parsed = parser.parse_args(argv)
+    return parser
+
+
+def decode_main(argv: Sequence[str]) -> int:
+    decoders = all_decoders()
+    parsed = parser(decoders).parse_args(argv)
     try:
-        sys.stdout.write(decode(parsed.key, parsed.value).decode() + "\n")
+        sys.stdout.write(decode(parsed.key, parsed.value, decoders).decode() + "\n")
     except AnnotationError as err:
         print(f"hami decode: {err}", file=sys.stderr)
         return 1

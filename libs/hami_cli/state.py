@@ -49,6 +49,7 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     client_key: str = ""
     pid: int = 0  # the `hami up` process; 0 in files written before runs had their own folder
     metrics_token_file: str = ""  # real: the bearer token deploy/'s metrics service requires on /metrics
+    device_config: str = ""  # the device config every service reads ("": the defaults)
 
 
 def runs_root() -> Path:

@@ -1,9 +1,8 @@
-"""``hami submit -f FILE`` against a running ``hami up``, and ``hami status`` against it or any cluster."""
+"""``hami submit -f FILE``: the objects of YAML files created in a running ``hami up``."""
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import ssl
 import sys
 from collections.abc import Sequence
@@ -13,20 +12,16 @@ from typing import Any, Final
 import httpx
 import msgspec
 
+from hami_cli.helpfmt import DefaultsHelp
 from hami_cli.manifests import read_documents
 from hami_cli.state import UpState, pick_running
-from hami_cli.status import Overview, Usage, build_overview, parse_usage, render_overview
 from hami_common.errors import HamiError, InvalidInput
-from hami_common.kube import KubeClient, KubeSettings
 from hami_common.service import run_loop
+from hami_sim.admission import Admitter
 from hami_sim.kubeapi import RESOURCES, ResourceType
-from hami_sim.stack import Admitter
-from hami_sim.stack.report import FAILED_SCHEDULING
 
-__all__ = ["PLACEMENT_HEADERS", "STATUS_HEADERS", "status_main", "submit_main"]
+__all__ = ["parser", "submit_main"]
 
-STATUS_HEADERS = ("NODE", "GPU", "TYPE", "MEMORY", "CORES", "SLICES", "PODS")
-PLACEMENT_HEADERS = ("POD", "NODE", "DEVICES", "STATE")
 # Created by the stack, or only a verb on a pod: a manifest of these would fight the stack, not configure it.
 _STACK_OWNED: Final = frozenset({"Binding", "Event", "MutatingWebhookConfiguration"})
 _METRICS_TIMEOUT_S: Final = 3.0
@@ -135,8 +130,9 @@ async def _submit(workdir: Path | None, files: list[Path]) -> int:
     return status
 
 
-def submit_main(argv: Sequence[str]) -> int:
+def parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
+        formatter_class=DefaultsHelp,
         prog="hami submit",
         description="Create the objects of YAML files in the running `hami up`'s cluster, as `kubectl create -f` "
         "does: pods through the webhook; namespaces, resource quotas, nodes and leases directly. Other kinds "
@@ -146,85 +142,13 @@ def submit_main(argv: Sequence[str]) -> int:
         "-f", "--filename", type=Path, action="append", required=True, help="a YAML file, or a folder of them"
     )
     _dir_flag(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def submit_main(argv: Sequence[str]) -> int:
+    args = parser().parse_args(argv)
     try:
         return run_loop(_submit(args.workdir, args.filename))
     except HamiError as err:
         print(f"hami submit: {err}", file=sys.stderr)
         return 1
-
-
-# --- status ------------------------------------------------------------------------------------------------
-
-
-class _Target(msgspec.Struct, frozen=True):
-    settings: KubeSettings
-    metrics_url: str
-    metrics_token_file: str = ""
-
-
-def _target(args: argparse.Namespace) -> _Target:
-    """The local stack unless a cluster is named (--kubeconfig, --context, --in-cluster)."""
-    if args.kubeconfig or args.context or args.in_cluster:
-        # Empty: the service account in a pod, else $KUBECONFIG or ~/.kube/config (as kubectl chooses).
-        kubeconfig = "" if args.in_cluster else (args.kubeconfig or "")
-        settings = KubeSettings(kubeconfig=kubeconfig, kube_context=args.context or "")
-        return _Target(settings, args.metrics or "", args.metrics_token_file or "")
-    _, state = pick_running(args.workdir)
-    token_file = args.metrics_token_file or ("" if args.metrics else state.metrics_token_file)
-    return _Target(KubeSettings(kubeconfig=state.kubeconfig), args.metrics or state.metrics_url, token_file)
-
-
-async def _usage(url: str, token_file: str = "") -> tuple[Usage | None, str]:
-    if not url:
-        return None, "not given: --metrics URL adds memory and cores in use"
-    try:
-        token = (await asyncio.to_thread(Path(token_file).read_text)).strip() if token_file else ""
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with httpx.AsyncClient(timeout=_METRICS_TIMEOUT_S) as client:
-            reply = await client.get(url, headers=headers)
-        reply.raise_for_status()
-        return parse_usage(reply.text), "ok"
-    except (httpx.HTTPError, ValueError, OSError) as err:
-        return None, f"not reachable: {err or type(err).__name__}"
-
-
-async def _overview(target: _Target) -> Overview:
-    async with KubeClient.from_settings(target.settings) as kube:
-        nodes, _ = await kube.list_nodes()
-        pods, _ = await kube.list_pods()
-        events = await kube.list_events(field_selector=f"reason={FAILED_SCHEDULING}")
-        server = str(kube.api_client.configuration.host)
-    usage, metrics = await _usage(target.metrics_url, target.metrics_token_file)
-    return build_overview(server, nodes, pods, events, usage, metrics_url=target.metrics_url, metrics=metrics)
-
-
-def status_main(argv: Sequence[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="hami status",
-        description="GPU overview of a cluster: every GPU node's cards with memory and cores booked (from the "
-        "pods' annotations) and in use (from the metrics service, when it answers), slices and the pods holding "
-        "them; then every GPU pod with its devices, and why each pending one waits (its FailedScheduling "
-        "event). The running `hami up` by default; any cluster with --kubeconfig/--context/--in-cluster.",
-    )
-    _dir_flag(parser)
-    parser.add_argument("--kubeconfig", help="a cluster's kubeconfig instead of the local stack")
-    parser.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
-    parser.add_argument("--in-cluster", action="store_true", help="the service account of the pod this runs in")
-    parser.add_argument("--metrics", help="the metrics service's /metrics URL (the local stack's by default)")
-    parser.add_argument(
-        "--metrics-token-file",
-        help="a file holding the bearer token /metrics requires (deploy/'s Secret hami-metrics-token)",
-    )
-    parser.add_argument("-o", "--output", choices=("table", "json"), default="table", help="json: for scripts")
-    args = parser.parse_args(argv)
-    try:
-        view = run_loop(_overview(_target(args)))
-    except HamiError as err:
-        print(f"hami status: {err}", file=sys.stderr)
-        return 1
-    if args.output == "json":
-        sys.stdout.write(msgspec.json.format(msgspec.json.encode(view), indent=2).decode() + "\n")
-    else:
-        print(render_overview(view))
-    return 0

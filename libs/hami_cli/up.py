@@ -27,22 +27,31 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
+from hami_cli.helpfmt import DefaultsHelp
 from hami_cli.manifests import read_pods
+from hami_cli.report import (
+    PLACEMENT_HEADERS,
+    STATUS_HEADERS,
+    Fleet,
+    pending_reasons,
+    placement_rows,
+    render_table,
+    status_rows,
+)
 from hami_cli.state import NoStackError, UpState, read_state, remove_state, run_workdir, write_state
-from hami_cli.submit import PLACEMENT_HEADERS, STATUS_HEADERS
 from hami_common.annotations import BIND_PHASE, BIND_PHASE_ALLOCATING, TRACE_CONTEXT
 from hami_common.errors import HamiError
 from hami_common.inventory import NVIDIA_VENDOR
+from hami_common.kube import FAILED_SCHEDULING
 from hami_common.service import LOG_FORMAT, run_loop
 from hami_common.tracing import OTEL_ENDPOINT, OTEL_TRACES_ENDPOINT, setup_tracing
 from hami_common.vendors.plugin import fake_vendors
 from hami_sim.realk8s import BinariesMissing, find_binaries
 from hami_sim.scheduler import is_unschedulable_message
 from hami_sim.stack import LocalCluster, StackConfig
-from hami_sim.stack.report import FAILED_SCHEDULING, pending_reasons, placement_rows, render_table, status_rows
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
-__all__ = ["example_paths", "main"]
+__all__ = ["StartFailed", "example_paths", "main", "parser"]
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +68,8 @@ REAL: Final = "real"
 EXIT_NO_K8S: Final = 69  # EX_UNAVAILABLE: --kube real, but the real peers are not built
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hami up", description=__doc__)
+def parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hami up", description=__doc__, formatter_class=DefaultsHelp)
     parser.add_argument(
         "--workdir",
         "--dir",
@@ -77,7 +86,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--vendors",
         type=_vendors,
-        default=(NVIDIA_VENDOR,),
+        default=NVIDIA_VENDOR,
         help="device vendors, comma separated: nvidia and any of "
         f"{', '.join(sorted(fake_vendors()))}; each one beside nvidia adds a node of its fake devices, enables it "
         "in the device config and submits its examples (<examples>/vendors/<vendor>.yaml)",
@@ -102,6 +111,12 @@ def _parser() -> argparse.ArgumentParser:
         help="1: one nats-server; 3: a JetStream cluster on loopback with the placement stream on every server",
     )
     parser.add_argument("--for", dest="duration", type=float, help="stop by itself after this many seconds")
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the work directory (logs, kubeconfig, certificates) after a clean stop; a failed start keeps "
+        "it always, for its log",
+    )
     return parser
 
 
@@ -198,10 +213,12 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
         await eventually(lambda: _settled(cluster, uids), timeout=SETTLE_S, what="examples placed")
     pods, _ = await cluster.kube.list_pods()
     nodes, _ = await cluster.kube.list_nodes()
+    device_config = cluster.config.device_config()
+    fleet = Fleet(device_config.families, device_config.resources)  # every vendor the stack runs
     print("\nPlacements:")
-    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, await _reasons(cluster, uids))))
-    print("\nGPUs:")
-    print(render_table(STATUS_HEADERS, [r for r in status_rows(nodes, pods) if r[-1] != "-"] or []))
+    print(render_table(PLACEMENT_HEADERS, placement_rows(pods, await _reasons(cluster, uids), fleet)))
+    print("\nDevices:")
+    print(render_table(STATUS_HEADERS, [r for r in status_rows(nodes, pods, fleet) if r[-1] != "-"] or []))
     async with httpx.AsyncClient(timeout=5.0) as client:
         try:
             headers = {"Authorization": f"Bearer {cluster.metrics_token}"} if cluster.metrics_token else {}
@@ -265,7 +282,11 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         cluster = LocalCluster(config)
     started = time.monotonic()
     try:
-        await cluster.start(progress=lambda line: print(f"  {line} ...", flush=True))
+        try:
+            await cluster.start(progress=lambda line: print(f"  {line} ...", flush=True))
+        except Exception as err:
+            log.exception("the stack did not start")  # the whole story, peers' output included, in the log
+            raise StartFailed(_first_line(err)) from err
         state = UpState(
             api_url=cluster.api.url,
             kubeconfig=str(config.kubeconfig),
@@ -275,6 +296,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             metrics_token_file=_metrics_token_file(cluster, workdir),
             nats_url=cluster.nats.url,
             pid=os.getpid(),
+            device_config=config.service_device_config(),
             **_real_access(cluster),
         )
         write_state(workdir, state)
@@ -308,6 +330,15 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
             log.error("tasks that did not stop when cancelled: %s", ", ".join(stuck))
             logging.shutdown()
             os._exit(EXIT_STUCK)
+
+
+class StartFailed(HamiError):
+    """The stack did not come up; the message is the first line of why, the log holds the rest."""
+
+
+def _first_line(err: BaseException, limit: int = 300) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 async def end_stragglers(grace_s: float) -> list[str]:
@@ -384,7 +415,7 @@ def _choose_kube(asked: str | None) -> str | None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = parser().parse_args(argv)
     kube = _choose_kube(args.kube)
     if kube is None:
         return EXIT_NO_K8S
@@ -399,6 +430,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             print(f"hami up: another `hami up` (pid {other.pid}) runs in {args.workdir}; choose another --workdir")
             return 1
+    ours = not args.workdir.exists()  # a folder this run makes is this run's to remove when it stops
     args.workdir.mkdir(parents=True, exist_ok=True)
     _hold_ctrl_c()
     _log_to(args.workdir / "hami-up.log")
@@ -407,10 +439,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"hami up: {args.nodes} nodes × {args.gpus} GPUs, {kube} Kubernetes (work directory {args.workdir})", flush=True
     )
+    log_file = args.workdir / "hami-up.log"
     try:
         run_loop(_up(args, exporter))
+    except StartFailed as err:
+        print(f"hami up: could not start: {err}\n  the services' log: {log_file}", flush=True)
+        return 1
+    except HamiError as err:
+        print(f"hami up: stopped on an error: {err}\n  the services' log: {log_file}", flush=True)
+        return 1
     finally:
         if provider is not None:
             _shutdown_tracing(provider)
+    if ours and not args.keep:
+        logging.shutdown()  # the log file is in the folder
+        shutil.rmtree(args.workdir, ignore_errors=True)
+        print(f"removed its work directory {args.workdir} (--keep keeps it)", flush=True)
     print("stopped.", flush=True)
     return 0

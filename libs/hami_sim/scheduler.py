@@ -36,6 +36,7 @@ import msgspec
 
 from hami_common.errors import HamiError, InvalidInput
 from hami_common.kube import (
+    FAILED_SCHEDULING,
     Change,
     Container,
     EventRecorder,
@@ -73,7 +74,6 @@ FILTER_PATH: Final = "/filter"
 BIND_PATH: Final = "/bind"
 DEFAULT_SCHEDULER: Final = DEFAULT_SCHEDULER_NAME
 NO_NODES: Final = "no nodes available to schedule pods"
-FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler records for a pod left pending
 _HTTP_TIMEOUT_S: Final = 30.0  # HAMi's chart: httpTimeout 30s
 INITIAL_BACKOFF_S: Final = 1.0  # kube-scheduler's podInitialBackoffSeconds
 MAX_BACKOFF_S: Final = 10.0  # kube-scheduler's podMaxBackoffSeconds

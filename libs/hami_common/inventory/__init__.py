@@ -16,7 +16,7 @@ from typing import Any
 from hami_common.errors import InvalidInput
 from hami_common.inventory._fake import FAKE, FakeInventory, decode_fake_inventory
 from hami_common.inventory._mig import MigControl, MigInstance, MigNotPermitted, MigRefused
-from hami_common.inventory._migfake import FakeMigControl, default_state_file
+from hami_common.inventory._migfake import FakeMigControl, default_state_file, discard_state
 from hami_common.inventory._mignvml import NvmlMigControl
 from hami_common.inventory._migprofiles import (
     MIG_CARDS,
@@ -81,6 +81,7 @@ __all__ = [
     "apply_node_overrides",
     "decode_fake_inventory",
     "default_state_file",
+    "discard_state",
     "instance_count",
     "mig_card",
     "model_matches",

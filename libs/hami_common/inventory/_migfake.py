@@ -19,6 +19,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import msgspec
 
@@ -27,7 +28,7 @@ from hami_common.errors import InvalidInput
 from hami_common.inventory._fake import FakeInventory
 from hami_common.inventory._mig import MigInstance, MigRefused
 
-__all__ = ["FakeMigControl", "default_state_file"]
+__all__ = ["FakeMigControl", "default_state_file", "discard_state"]
 
 
 class _Instance(msgspec.Struct, frozen=True):
@@ -43,6 +44,7 @@ class _State(msgspec.Struct):
     gpus: dict[str, list[_Instance]] = msgspec.field(default_factory=dict)
 
 
+_LOCK_SUFFIX: Final = ".lock"
 _ENCODER = msgspec.json.Encoder()
 _DECODER = msgspec.json.Decoder(_State)
 
@@ -55,6 +57,13 @@ def default_state_file(fake_file: Path | str, node: str) -> Path:
     return Path(tempfile.gettempdir()) / f"hami-fake-mig-{digest}-{safe}.json"
 
 
+def discard_state(state_file: Path | str) -> None:
+    """Remove a fake MIG driver's state and its lock file (a stack that stops leaves nothing in /tmp)."""
+    path = Path(state_file)
+    for leftover in (path, path.with_name(path.name + _LOCK_SUFFIX)):
+        leftover.unlink(missing_ok=True)
+
+
 def _overlaps(a: MigPlacement, start: int, size: int) -> bool:
     return a.start < start + size and start < a.start + a.size
 
@@ -65,7 +74,7 @@ class FakeMigControl:
     def __init__(self, inventory: FakeInventory, state_file: Path | str) -> None:
         self.inventory = inventory
         self.state_file = Path(state_file)
-        self._lock_file = self.state_file.with_name(self.state_file.name + ".lock")
+        self._lock_file = self.state_file.with_name(self.state_file.name + _LOCK_SUFFIX)
         try:
             self.state_file.parent.mkdir(parents=True, exist_ok=True)
         except OSError as err:

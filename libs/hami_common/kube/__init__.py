@@ -15,7 +15,7 @@ from hami_common.kube._cache import Change, ChangeType, WatchCache, WatchStats
 from hami_common.kube._client import MERGE_PATCH, KubeClient
 from hami_common.kube._config import load_api_client
 from hami_common.kube._errors import from_client_error, from_status
-from hami_common.kube._events import EventRecorder, EventType, reference_to
+from hami_common.kube._events import FAILED_SCHEDULING, EventRecorder, EventType, reference_to
 from hami_common.kube._guarded import update_node_annotations
 from hami_common.kube._leader import Action, LeaderElector, LeaseFollower, decide, holds_lease
 from hami_common.kube._patches import (
@@ -82,6 +82,7 @@ from hami_common.kube._types import (
 )
 
 __all__ = [
+    "FAILED_SCHEDULING",
     "MERGE_PATCH",
     "Action",
     "AnnotationChanges",

@@ -31,6 +31,7 @@ from hami_common.kube._types import Event, EventSource, ObjectMeta, ObjectRefere
 __all__ = [
     "AGGREGATE_MAX_EVENTS",
     "COMBINED_PREFIX",
+    "FAILED_SCHEDULING",
     "SPAM_BURST",
     "EventPort",
     "EventRecorder",
@@ -41,6 +42,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 EventType = Literal["Normal", "Warning"]
+FAILED_SCHEDULING: Final = "FailedScheduling"  # the Event reason kube-scheduler records for a pod left pending
 _NAME_SUFFIX_BYTES: Final = 8
 # client-go's defaults (k8s.io/client-go/tools/record/events_cache.go).
 CACHE_ENTRIES: Final = 4096  # maxLruCacheEntries

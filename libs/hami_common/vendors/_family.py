@@ -96,6 +96,12 @@ class DeviceFamily(Vendor, Protocol):
         ...
 
     @property
+    def register_key(self) -> str | None:
+        """The node annotation its device plugin registers the devices in, or None where :meth:`node_devices`
+        reads them from elsewhere (Cambricon: the node's capacity)."""
+        ...
+
+    @property
     def node_lock(self) -> NodeLockSpec: ...
 
     @property

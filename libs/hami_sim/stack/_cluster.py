@@ -32,7 +32,7 @@ from typing import Any, Final, Self
 import msgspec
 
 from hami_common.bus import EmbeddedNats, NatsCluster
-from hami_common.inventory import default_state_file
+from hami_common.inventory import default_state_file, discard_state
 from hami_common.kube import KubeClient, KubeSettings, WatchCache, pod_source
 from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, GPU_MEMORY_PERCENTAGE, GPU_PRIORITY
 from hami_common.scheduling import DEFAULT_SCHEDULER_NAME
@@ -42,11 +42,11 @@ from hami_extender.ledger import Ledger
 from hami_extender.settings import ExtenderSettings
 from hami_metrics.app import create_app as create_metrics
 from hami_metrics.settings import MetricsSettings
+from hami_sim.admission import Admitter
 from hami_sim.deployed import deployed_settings
 from hami_sim.kubeapi import KubeApiProcess
 from hami_sim.realk8s import ControlPlane, ManagedResource, deployed, managed_resources, webhook_configuration
 from hami_sim.scheduler import SchedulerDriver, Verdict
-from hami_sim.stack._admission import Admitter
 from hami_sim.stack._config import (
     MIG_TAINT,
     StackConfig,
@@ -489,7 +489,7 @@ class LocalCluster:
     async def close(self) -> None:
         await self._stack.aclose()
         for node in self.config.mig_node_names():  # the fake MIG driver's state lives outside the workdir
-            default_state_file(self.config.inventory_file, node).unlink(missing_ok=True)
+            discard_state(default_state_file(self.config.inventory_file, node))
 
     async def __aenter__(self) -> Self:
         try:

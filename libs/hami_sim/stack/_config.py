@@ -13,7 +13,7 @@ from typing import Any, Final
 import yaml
 
 from hami_common.deviceconfig import DeviceConfig, parse_device_config
-from hami_common.inventory import NVIDIA_VENDOR, decode_fake_inventory, default_state_file
+from hami_common.inventory import NVIDIA_VENDOR, decode_fake_inventory, default_state_file, discard_state
 from hami_common.vendors.plugin import fake_vendors, plugins
 
 __all__ = [
@@ -266,7 +266,7 @@ def write_inventory(config: StackConfig) -> Path:
     if config.other_vendors:
         _write(config.generated_device_config, config.device_config_text())
     for node in config.mig_node_names():
-        default_state_file(config.inventory_file, node).unlink(missing_ok=True)
+        discard_state(default_state_file(config.inventory_file, node))
     return _write(config.inventory_file, yaml.safe_dump(inventory_document(config), sort_keys=False))
 
 

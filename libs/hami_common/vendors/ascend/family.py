@@ -76,6 +76,10 @@ class AscendFamily:
         return keys.handshake_key(self.word)
 
     @property
+    def register_key(self) -> str | None:
+        return keys.register_key(self.word)
+
+    @property
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=keys.LOCK_EXPIRY, shared=True)
 

@@ -119,6 +119,10 @@ class CambriconFamily:
         return None  # CheckHealth is always (true, true): devices are re-read from capacity every pass
 
     @property
+    def register_key(self) -> str | None:
+        return None  # the devices are the node's capacity, as Cambricon's own device plugin advertises them
+
+    @property
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=LOCK_EXPIRY, shared=False)
 

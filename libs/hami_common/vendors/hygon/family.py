@@ -56,6 +56,10 @@ class HygonFamily:
         return NODE_HANDSHAKE
 
     @property
+    def register_key(self) -> str | None:
+        return NODE_REGISTER
+
+    @property
     def node_lock(self) -> NodeLockSpec:
         return NodeLockSpec(key=NODE_LOCK, expiry=SHARED_LOCK_EXPIRY, shared=True)
 
