@@ -196,6 +196,11 @@ def test_hamis_scheduler_and_device_plugin_may_still_write_their_pods_annotation
 
     for account in chart.service_accounts:
         assert not judged(account), f"{account} would be refused its own pods' annotations"
+    # the webhook's own guard of the same annotations exempts the same accounts, no more
+    webhook = env_of(side_by_side.container("hami-webhook", "webhook").container)
+    users = set(webhook["HAMI_SYSTEM_USERS"]["value"].split(","))
+    assert set(chart.service_accounts) <= users
+    assert {u for u in users if not judged(u)} == users
     assert not judged(f"system:serviceaccount:{NAMESPACE}:hami-scheduler")
     assert judged("system:serviceaccount:team-a:default")  # tenants still may not
     assert judged("kubernetes-admin")
