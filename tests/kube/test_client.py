@@ -143,5 +143,5 @@ async def test_settings_load_from_flags_and_environment() -> None:
 
 
 def test_missing_kubeconfig_is_invalid_input(tmp_path: Any) -> None:
-    with pytest.raises(InvalidInput, match="no usable Kubernetes configuration"):
+    with pytest.raises(InvalidInput, match="absent: no such file"):
         KubeClient.from_settings(KubeSettings(kubeconfig=str(tmp_path / "absent")))
