@@ -22,4 +22,5 @@ def test_every_overlay_ships_the_dashboard_as_a_configmap_the_grafana_sidecar_lo
 def test_the_dashboard_in_the_configmap_parses_and_is_the_file_as_written(overlay: Rendering) -> None:
     shipped = json.loads(overlay.get("ConfigMap", NAME)["data"]["hami.json"])
     assert shipped == json.loads(DASHBOARD.read_text())
-    assert shipped["uid"] and shipped["panels"]
+    assert shipped["uid"]
+    assert shipped["panels"]
