@@ -14,7 +14,8 @@ YAML_BLOCK: Final = re.compile(r"```yaml\n(.*?)```", re.DOTALL)
 
 def documented_patch() -> str:
     section = DOC.read_text().split("## Storage for NATS", 1)[1].split("\n## ", 1)[0]
-    (block,) = YAML_BLOCK.findall(section)
+    blocks: list[str] = YAML_BLOCK.findall(section)
+    (block,) = blocks
     return block
 
 
