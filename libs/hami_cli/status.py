@@ -1,9 +1,10 @@
-"""``hami status``: the GPU overview of a cluster, the local stack's or any other.
+"""``hami status``: the device overview of a cluster, the local stack's or any other, every vendor included.
 
-Everything booked comes from the apiserver, the source of truth: the nodes' registration annotation (GPUs,
-memory, slices), the pods' ``hami.io/vgpu-devices-allocated`` (who holds what) and the ``FailedScheduling``
-Events of pending pods (why they wait). What is *used* comes from the metrics service when it answers (HAMi's
-``hami_host_gpu_*`` families); without it those columns say ``-``.
+Everything booked comes from the apiserver, the source of truth, read through each device family's port
+(:class:`~hami_cli.report.Fleet`): the nodes' registrations (devices, memory, slices), the pods' device lists
+(who holds what) and the ``FailedScheduling`` Events of pending pods (why they wait). What is *used* comes
+from the metrics service when it answers (HAMi's ``hami_host_gpu_*`` families); without it those columns
+say ``-``.
 """
 
 from __future__ import annotations
