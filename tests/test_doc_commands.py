@@ -53,6 +53,8 @@ NOT_RUN: Final[dict[str, str]] = {
     "kubectl apply -f deploy/compose/sample-pod.yaml": "needs the compose stack (Docker, k3s)",
     "curl -s localhost:31993/metrics | grep hami_vgpu_memory_allocated_bytes": "the compose stack's metrics "
     "(Docker, k3s)",
+    "helm upgrade hami hami-charts/hami -n kube-system --reuse-values "
+    "--set-string scheduler.nodeLabelSelector.gpu=on": "needs helm and a cluster where HAMi's chart is installed",
 }
 
 # commands that write into the checkout's deploy/ folder: run as written in a copy of it

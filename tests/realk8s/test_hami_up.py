@@ -138,8 +138,12 @@ def test_hami_up_real_with_every_option_combined(
     assert placed["default/mig-small"].split()[1] in {"mig-node-0", "mig-node-1"}, out
     for vendor in vendors:
         assert f"pod/{vendor}-" in out  # each vendor's example pod was submitted beside its node
-    nodes = {gpu["node"] for gpu in _status_json(env)["gpus"]}  # type: ignore[attr-defined]
-    assert nodes == {"gpu-node-0", "gpu-node-1", "mig-node-0", "mig-node-1"}  # every NVIDIA node registered
+    devices = {(gpu["node"], gpu["vendor"]) for gpu in _status_json(env)["gpus"]}  # type: ignore[attr-defined]
+    # every NVIDIA node registered, and each vendor's node with its own family's devices
+    assert {node for node, vendor in devices if vendor == "NVIDIA"} == {
+        "gpu-node-0", "gpu-node-1", "mig-node-0", "mig-node-1"
+    }  # fmt: skip
+    assert {node for node, vendor in devices if vendor != "NVIDIA"} == {f"{v}-node-0" for v in vendors}
     kubeconfig = next(line.split()[1] for line in out.splitlines() if line.startswith("kubeconfig:"))
     listed = subprocess.run(
         [k8s["kubectl"], "--kubeconfig", kubeconfig, "get", "nodes", "-o", "name"],

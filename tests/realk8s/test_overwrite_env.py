@@ -49,8 +49,9 @@ def _visible(made: Json) -> list[str]:
 @pytest.fixture(scope="module")
 def registered(plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
     folder = tmp_path_factory.mktemp("overwrite-env")
-    tree = folder / "kustomize"
-    shutil.copytree(ROOT / "deploy" / "kustomize", tree)
+    # the whole deploy/ folder: the base reaches beside kustomize/ (the dashboard's ConfigMap)
+    shutil.copytree(ROOT / "deploy", folder / "deploy")
+    tree = folder / "deploy" / "kustomize"
     overlay = tree / "overlays" / "overwrite-env"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(OVERLAY)
