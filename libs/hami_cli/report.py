@@ -21,8 +21,8 @@ from hami_common.annotations import (
     decode_pod_devices,
 )
 from hami_common.errors import AnnotationError, InvalidInput
-from hami_common.kube import FAILED_SCHEDULING, Container, Event, Node, Pod
-from hami_common.resources import ContainerResources, ResourceConfig, pod_request
+from hami_common.kube import FAILED_SCHEDULING, Event, Node, Pod
+from hami_common.resources import ResourceConfig, pod_request
 from hami_common.vendors import DeviceFamily, NodeView
 
 __all__ = [
@@ -111,7 +111,10 @@ class Fleet:
         """Why the pod's device request cannot be read (a quantity out of range, say), or "" when it can."""
         try:
             pod_request(
-                _resources(pod.spec.init_containers), _resources(pod.spec.containers), self.resources, self.families
+                [c.as_resources() for c in pod.spec.init_containers],
+                [c.as_resources() for c in pod.spec.containers],
+                self.resources,
+                self.families,
             )
         except InvalidInput as err:
             return str(err)
@@ -138,12 +141,6 @@ def _nvidia_allocated(annotations: Mapping[str, str]) -> tuple[tuple[ContainerDe
         return decode_pod_devices(annotations.get(DEVICES_ALLOCATED, ""), DEVICES_ALLOCATED)
     except AnnotationError:
         return ()
-
-
-def _resources(containers: Sequence[Container]) -> list[ContainerResources]:
-    return [
-        ContainerResources(name=c.name, limits=c.resources.limits, requests=c.resources.requests) for c in containers
-    ]
 
 
 def pending_reasons(events: Iterable[Event]) -> dict[str, str]:

@@ -7,6 +7,7 @@ owner's pid and is removed when the stack stops; a state file whose pid is gone 
 
 from __future__ import annotations
 
+import argparse
 import os
 import tempfile
 from pathlib import Path
@@ -20,6 +21,7 @@ __all__ = [
     "STATE_FILE",
     "NoStackError",
     "UpState",
+    "add_dir_flag",
     "find_running",
     "pick_running",
     "read_state",
@@ -50,6 +52,17 @@ class UpState(msgspec.Struct, frozen=True, kw_only=True):
     pid: int = 0  # the `hami up` process; 0 in files written before runs had their own folder
     metrics_token_file: str = ""  # real: the bearer token deploy/'s metrics service requires on /metrics
     device_config: str = ""  # the device config every service reads ("": the defaults)
+
+
+def add_dir_flag(parser: argparse.ArgumentParser) -> None:
+    """``--dir``: which running ``hami up`` a client command talks to."""
+    parser.add_argument(
+        "--dir",
+        "--workdir",
+        dest="workdir",
+        type=Path,
+        help="the work directory of the `hami up` to use (needed only when several run)",
+    )
 
 
 def runs_root() -> Path:

@@ -23,8 +23,8 @@ import msgspec
 from prometheus_client.parser import text_string_to_metric_families
 
 from hami_cli.helpfmt import DefaultsHelp
-from hami_cli.report import Fleet, pending_reasons, render_table, short_uuid
-from hami_cli.state import pick_running
+from hami_cli.report import Fleet, Grant, pending_reasons, render_table, short_uuid
+from hami_cli.state import add_dir_flag, pick_running
 from hami_common.annotations import BIND_PHASE, MIG_ALLOCATIONS, MigAllocation, decode_mig_allocations
 from hami_common.annotations.registration import MODE_MIG
 from hami_common.deviceconfig import DeviceConfig, read_device_config
@@ -128,11 +128,10 @@ def default_fleet(device_config: DeviceConfig | None = None) -> Fleet:
     return Fleet(configured({v.section: v.enable for v in fake_vendors().values()}))
 
 
-def _row_of(pod: Pod, fleet: Fleet, reasons: dict[str, str]) -> PodRow | None:
+def _row_of(pod: Pod, grants: Sequence[Grant], fleet: Fleet, reasons: dict[str, str]) -> PodRow | None:
     """The pod's line, or None for a pod that has nothing to do with devices (or has finished well)."""
     if pod.status.phase == "Succeeded":
         return None  # its devices are free again, as HAMi counts them
-    grants = fleet.grants(pod)
     asks = fleet.asks_devices(pod)
     ours = pod.spec.scheduler_name == DEFAULT_SCHEDULER_NAME
     if not (grants or asks or (ours and not pod.spec.node_name)):
@@ -172,13 +171,14 @@ def build_overview(
     instances: dict[str, list[MigRow]] = {}
     rows = []
     for pod in sorted(pods, key=lambda p: (p.metadata.namespace, p.metadata.name)):
-        row = _row_of(pod, fleet, reasons)
+        grants = fleet.grants(pod)
+        row = _row_of(pod, grants, fleet, reasons)
         if row is None:
             continue
         rows.append(row)
         if not pod.spec.node_name or row.state == FAILED:
             continue  # a failed pod's devices are free again
-        for grant in fleet.grants(pod):
+        for grant in grants:
             holders.setdefault(grant.device.uuid, []).append((row.pod, grant.device.usedmem, grant.device.usedcores))
         for m in _mig_allocations(pod):
             instances.setdefault(m.gpu_uuid, []).append(
@@ -375,13 +375,7 @@ def parser() -> argparse.ArgumentParser:
         "pending one waits (its FailedScheduling event), why a failed one failed, and a request that cannot be "
         "read. The running `hami up` by default; any cluster with --kubeconfig/--context/--in-cluster.",
     )
-    parser.add_argument(
-        "--dir",
-        "--workdir",
-        dest="workdir",
-        type=Path,
-        help="the work directory of the `hami up` to use (needed only when several run)",
-    )
+    add_dir_flag(parser)
     parser.add_argument("--kubeconfig", help="a cluster's kubeconfig instead of the local stack")
     parser.add_argument("--context", help="the kubeconfig context to use (default: its current context)")
     parser.add_argument("--in-cluster", action="store_true", help="the service account of the pod this runs in")

@@ -14,7 +14,7 @@ import msgspec
 
 from hami_cli.helpfmt import DefaultsHelp
 from hami_cli.manifests import read_documents
-from hami_cli.state import UpState, pick_running
+from hami_cli.state import UpState, add_dir_flag, pick_running
 from hami_common.errors import HamiError, InvalidInput
 from hami_common.service import run_loop
 from hami_sim.admission import Admitter
@@ -26,16 +26,6 @@ __all__ = ["parser", "submit_main"]
 _STACK_OWNED: Final = frozenset({"Binding", "Event", "MutatingWebhookConfiguration"})
 _METRICS_TIMEOUT_S: Final = 3.0
 Json = dict[str, Any]
-
-
-def _dir_flag(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--dir",
-        "--workdir",
-        dest="workdir",
-        type=Path,
-        help="the work directory of the `hami up` to use (needed only when several run)",
-    )
 
 
 def _api_tls(state: UpState) -> ssl.SSLContext | None:
@@ -141,7 +131,7 @@ def parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "-f", "--filename", type=Path, action="append", required=True, help="a YAML file, or a folder of them"
     )
-    _dir_flag(parser)
+    add_dir_flag(parser)
     return parser
 
 

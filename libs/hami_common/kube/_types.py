@@ -11,6 +11,8 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from hami_common.resources import ContainerResources
+
 __all__ = [
     "Container",
     "ContainerState",
@@ -90,6 +92,10 @@ class Container(_Wire, frozen=True):
     name: str = ""
     image: str = ""
     resources: ResourceRequirements = msgspec.field(default_factory=ResourceRequirements)
+
+    def as_resources(self) -> ContainerResources:
+        """What request parsing reads of the container (``hami_common.resources``)."""
+        return ContainerResources(name=self.name, limits=self.resources.limits, requests=self.resources.requests)
 
 
 class ContainerStateTerminated(_Wire, frozen=True):

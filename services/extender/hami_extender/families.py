@@ -41,9 +41,7 @@ _NO_PLAN = PodFamilies()
 
 
 def container_resources(containers: Sequence[Container]) -> list[ContainerResources]:
-    return [
-        ContainerResources(name=c.name, limits=c.resources.limits, requests=c.resources.requests) for c in containers
-    ]
+    return [c.as_resources() for c in containers]
 
 
 @dataclass(eq=False)
