@@ -167,6 +167,34 @@ async def test_failed_bind_releases_the_hold_and_the_reservation(emulator: KubeA
     assert extender.state["ledger"].booking(pod["metadata"]["uid"]) is None
 
 
+async def test_a_refused_binds_placement_is_not_booked_back_by_the_pods_later_updates(
+    emulator: KubeApiEmulator, extender: Served
+) -> None:
+    """The pod still carries the placement Filter wrote; a later update of it (or the Filter's own patch,
+    delivered after the refusal) must not book the cards again while the pod waits to be filtered anew."""
+    add_node(emulator, "node1")
+    add_node(emulator, "node2")
+    await eventually(lambda: "node2" in extender.state["ledger"] and "node1" in extender.state["ledger"])
+    pod = await placed(emulator, extender, "p1", "node1")
+    uid = pod["metadata"]["uid"]
+    assert "was filtered to node1" in (await extender.bind(pod, "node2"))["Error"]
+
+    def touch(obj: dict[str, Any]) -> dict[str, Any]:
+        obj["metadata"].setdefault("labels", {})["touched"] = "yes"
+        return obj
+
+    emulator.store.update(PODS, "default", "p1", touch)
+    binder = extender.state["binder"]
+    await eventually(lambda: binder.cached_pod("default", "p1").metadata.labels.get("touched") == "yes")
+    assert extender.state["ledger"].booking(uid) is None
+    view = extender.state["ledger"].view("node1")
+    assert all(d.used == 0 for d in view.usage.devices)
+    # filtered again, the pod books its cards anew
+    again = await extender.filter(emulator.store.get(PODS, "default", "p1"), ["node1"])
+    assert again["NodeNames"] == ["node1"]
+    assert extender.state["ledger"].booking(uid).node == "node1"
+
+
 async def test_a_hold_left_by_a_bind_of_unknown_outcome_ends_when_the_pod_binds_elsewhere(
     emulator: KubeApiEmulator, extender: Served
 ) -> None:

@@ -107,6 +107,29 @@ def test_watch_changes_keep_usage_and_quota_current() -> None:
     assert ledger.quota("ns") == NamespaceQuota(memory_limit=10_000)
 
 
+def test_a_withdrawn_booking_stays_withdrawn_until_the_pod_is_placed_anew() -> None:
+    ledger = Ledger()
+    sync = LedgerSync(ledger)
+    sync.on_node(Change("ADDED", node("n1")))
+    p = pod("p", "n1", [[gpu("GPU-n1-1", 3000, 30)]])
+    sync.on_pod(Change("ADDED", p))
+    ledger.withdraw("uid-p")  # a refused bind
+    sync.on_pod(Change("MODIFIED", p))  # the same placement, seen again
+    assert ledger.booking("uid-p") is None
+    moved = pod("p", "n1", [[gpu("GPU-n1-0", 3000, 30)]])  # filtered again, to another card
+    sync.on_pod(Change("MODIFIED", moved))
+    booked = ledger.booking("uid-p")
+    assert booked is not None
+    assert booked.charges[0].uuid == "GPU-n1-0"
+    sync.on_pod(Change("MODIFIED", p))  # no longer withdrawn: the watch books what the pod says
+    rebooked = ledger.booking("uid-p")
+    assert rebooked is not None
+    assert rebooked.charges[0].uuid == "GPU-n1-1"
+    ledger.withdraw("uid-p")
+    sync.on_pod(Change("DELETED", p))
+    assert ledger.withdrawn("uid-p") is None
+
+
 def test_a_malformed_annotation_is_counted_and_skipped() -> None:
     ledger = Ledger()
     sync = LedgerSync(ledger)

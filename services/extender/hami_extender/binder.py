@@ -212,7 +212,7 @@ class Binder:
                 if not attempt.posted:
                     # refused before the Binding was sent: the pod is as read, and unbound
                     if meta.annotations.get(BIND_PHASE) not in _BOUND_PHASES:
-                        self.ledger.release(uid)
+                        self.ledger.withdraw(uid)
                         self._end_hold(uid)
                 elif await self._after_failed_post(pod, args.node):
                     return  # it is bound there after all (a 409 of a bind that landed before)
@@ -267,7 +267,7 @@ class Binder:
         if held is not None and held.uid == meta.uid:
             self._end_hold(meta.uid)  # the pod is not coming to this node: the hold this call took goes
         if not now.spec.node_name and now.metadata.annotations.get(BIND_PHASE) not in _BOUND_PHASES:
-            self.ledger.release(meta.uid)
+            self.ledger.withdraw(meta.uid)
         return False
 
     async def _pod(self, args: BindingArgs) -> Pod:

@@ -124,6 +124,9 @@ class Ledger:
         self._order: list[tuple[float, str]] = []  # (score, node), ascending: Filter's visiting order
         self._bookings: dict[str, Booking] = {}
         self._by_node: dict[str, set[str]] = {}
+        # bookings undone by a refused bind, until the pod is filtered again or goes: the watch may still
+        # deliver the Filter's patch that made them, which must not book them back
+        self._withdrawn: dict[str, Booking] = {}
         self._limits: dict[str, NamespaceQuota] = {}
         self._used: dict[str, tuple[int, int]] = {}
         self.version = 0  # bumped on every change
@@ -208,6 +211,7 @@ class Ledger:
 
     def book(self, booking: Booking) -> None:
         """Add or replace a pod's booking; a no-op when it is the same as the one held."""
+        self._withdrawn.pop(booking.uid, None)
         previous = self._bookings.get(booking.uid)
         if previous == booking:
             return
@@ -219,6 +223,7 @@ class Ledger:
         self._apply(booking, 1)
 
     def release(self, uid: str) -> Booking | None:
+        self._withdrawn.pop(uid, None)
         booking = self._bookings.pop(uid, None)
         if booking is None:
             return None
@@ -230,6 +235,16 @@ class Ledger:
         self._charge_quota(booking, -1)
         self._apply(booking, -1)
         return booking
+
+    def withdraw(self, uid: str) -> None:
+        """Release a pod's booking for good: the same placement seen again on the watch (the Filter's own
+        patch, delivered late) is :meth:`withdrawn`, not booked back; a new Filter's booking replaces it."""
+        booking = self.release(uid)
+        if booking is not None:
+            self._withdrawn[uid] = booking
+
+    def withdrawn(self, uid: str) -> Booking | None:
+        return self._withdrawn.get(uid)
 
     def _apply(self, booking: Booking, sign: int) -> None:
         view = self._views.get(booking.node)

@@ -149,7 +149,7 @@ class LedgerSync:
         if booking is None:
             self.ledger.release(uid)
             self.on_pod_gone(uid)
-        else:
+        elif booking != self.ledger.withdrawn(uid):  # a refused bind's placement stays undone
             self.ledger.book(booking)
         if pod.metadata.annotations.get(BIND_PHASE) in (BIND_PHASE_SUCCESS, BIND_PHASE_FAILED):
             self.on_bind_settled(uid)
