@@ -178,6 +178,10 @@ async def test_staged_entry_of_a_pod_deleted_meanwhile_is_never_handed_out(
     stage(store, grant_of(kept, ("main", ((GPUS[1], 2000, 20),)), name="kept"), alloc_config, 11)
     async with running_allocator(sockdir, store=store, config=alloc_config, inventory=inventory, kube=kube) as svc:
         await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
+        # deleted once the plugin's watch holds the pod: a pod gone before the watch listed is never seen to go
+        pods = svc.pods
+        assert pods is not None
+        await eventually(lambda: pods.get("default", "doomed") is not None, what="the watch listed the pod")
         await asyncio.to_thread(core.delete_namespaced_pod, "doomed", "default")
         await eventually(lambda: doomed in svc.allocator.gone, what="the plugin saw the deletion")
         pod = await kube.get_pod("default", "kept")
