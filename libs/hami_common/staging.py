@@ -270,9 +270,9 @@ class StagingStore:
     # --- reader side (device plugin) ------------------------------------------------------------------------
 
     def _candidates(
-        self, device_count: int, gone: Container[str], problems: list[str]
+        self, device_count: int, gone: Container[str], problems: list[str], pod_uid: str | None = None
     ) -> Iterator[tuple[_Entry, StagedPod]]:
-        for entry in self._entries():
+        for entry in self._entries() if pod_uid is None else list(self._entries_of(pod_uid)):
             if entry.pod_uid in gone:
                 log.info(
                     "pod is gone: its staged entry %s is set aside", entry.file, extra={logkeys.POD_UID: entry.pod_uid}
@@ -295,16 +295,17 @@ class StagingStore:
             if pod.containers[entry.served].device_count == device_count:
                 yield entry, pod
 
-    def peek(self, device_count: int, *, gone: Container[str] = ()) -> Claim | None:
+    def peek(self, device_count: int, *, gone: Container[str] = (), pod_uid: str | None = None) -> Claim | None:
         """What :meth:`claim` would hand out now, without recording anything (GetPreferredAllocation)."""
-        for entry, pod in self._candidates(device_count, gone, []):
+        for entry, pod in self._candidates(device_count, gone, [], pod_uid):
             return Claim(pod=pod, index=entry.served, complete=entry.served + 1 == len(pod.containers))
         return None
 
-    def claim(self, device_count: int, *, gone: Container[str] = ()) -> ClaimOutcome:
-        """Serve the oldest pod whose next unserved container asks for ``device_count`` devices."""
+    def claim(self, device_count: int, *, gone: Container[str] = (), pod_uid: str | None = None) -> ClaimOutcome:
+        """Serve the oldest pod whose next unserved container asks for ``device_count`` devices; only the pod
+        ``pod_uid`` when it is given (the pod the kubelet is known to be admitting)."""
         problems: list[str] = []
-        for entry, pod in self._candidates(device_count, gone, problems):
+        for entry, pod in self._candidates(device_count, gone, problems, pod_uid):
             served = entry.served + 1
             complete = served == len(pod.containers)
             try:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from hami_common.annotations import (
 )
 from hami_common.grants import GrantKey
 from hami_common.kube import KubeClient, KubeSettings, Pod
+from hami_common.podresources import ListedPod
 from hami_common.resources import GPU
 from hami_common.staging import StagedPod, StagingStore
 from hami_sim.kubeapi import KubeApiEmulator
@@ -113,6 +114,7 @@ async def running_allocator(
     publisher: ResultPublisher | None = None,
     preferred: bool = True,
     grant_key: GrantKey | None = GRANT_KEY,
+    kubelet_pods: Callable[[], Awaitable[Sequence[ListedPod]]] | None = None,
 ) -> AsyncIterator[AllocatorService]:
     """The allocator serving on ``<sockdir>/vgpu.sock`` (re-registering within 20 ms of a kubelet restart)."""
     endpoint = Endpoint(
@@ -133,6 +135,7 @@ async def running_allocator(
         kube=kube,
         publisher=publisher,
         grant_key=grant_key,
+        kubelet_pods=kubelet_pods,
     )
     task = asyncio.create_task(service.run())
     try:

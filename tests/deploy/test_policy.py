@@ -111,6 +111,7 @@ def test_node_daemonset_mounts_only_the_host_paths_it_needs(overlay: Rendering) 
     host_paths = {v["hostPath"]["path"] for v in pod["volumes"] if "hostPath" in v}
     assert host_paths == {
         "/var/lib/kubelet/device-plugins",
+        "/var/lib/kubelet/pod-resources",  # which pod each Allocate is for, asked of the kubelet
         "/var/lib/hami/staging",
         "/usr/local/vgpu",
         "/tmp/vgpulock",
@@ -119,7 +120,9 @@ def test_node_daemonset_mounts_only_the_host_paths_it_needs(overlay: Rendering) 
     host_volumes = {v["name"] for v in pod["volumes"] if "hostPath" in v}
     mounts = {c["name"]: {m["name"] for m in c["volumeMounts"]} & host_volumes for c in pod["containers"]}
     assert mounts["nodeagent"] == {"staging", "vgpu"}, "the node agent never touches the kubelet's sockets"
-    assert mounts["allocator"] == {"device-plugins", "staging", "vgpu"}
+    assert mounts["allocator"] == {"device-plugins", "pod-resources", "staging", "vgpu"}
+    (pod_resources,) = [m for c in pod["containers"] for m in c["volumeMounts"] if m["name"] == "pod-resources"]
+    assert pod_resources.get("readOnly") is True
 
 
 def test_no_host_path_outside_the_node_daemonset(overlay: Rendering) -> None:

@@ -438,7 +438,10 @@ async def test_node_pod_registers_the_device_plugin_and_the_node_gpus(
         if v["name"] == "device-plugins"
     )
     try:
-        async with KubeletEmulator(host / plugin_dir.lstrip("/"), node=NODE_NAME) as kubelet:
+        kubelet_root = host / plugin_dir.lstrip("/")
+        async with KubeletEmulator(
+            kubelet_root, node=NODE_NAME, pod_resources=kubelet_root.parent / "pod-resources" / "kubelet.sock"
+        ) as kubelet:
             # NVML is not here: the declared inventory stands in for it (the one setting changed).
             fake = {"HAMI_INVENTORY": "fake", "HAMI_FAKE_INVENTORY": str(inventory)}
             agent, agent_env = start("hami-node", "nodeagent", **fake)

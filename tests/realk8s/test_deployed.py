@@ -112,7 +112,14 @@ async def test_the_dev_overlay_as_rendered_places_and_allocates_a_gpu_pod_applie
     deployed: Deployed, k8s: K8sBinaries, tmp_path: Path, hosts: Path
 ) -> None:
     launcher = deployed.launcher
-    kubelets = {n: KubeletEmulator(hosts / n / "var/lib/kubelet/device-plugins", node=n) for n in NODES}
+    kubelets = {
+        n: KubeletEmulator(
+            hosts / n / "var/lib/kubelet/device-plugins",
+            node=n,
+            pod_resources=hosts / n / "var/lib/kubelet/pod-resources/kubelet.sock",
+        )
+        for n in NODES
+    }
     # the node pods started before their kubelets: as after a kubelet restart, the plugins re-register
     async with KubeClient.from_settings(KubeSettings(kubeconfig=str(deployed.kubeconfig))) as kube:
         async with asyncio.TaskGroup() as tg:

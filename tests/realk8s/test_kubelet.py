@@ -19,6 +19,7 @@ import yaml
 
 from hami_allocator.settings import AllocatorSettings
 from hami_common import envvars
+from hami_common.allocation import ContainerGrant, GrantedDevice, NodeAllocationConfig, PodGrant, build_pod
 from hami_common.annotations import (
     BIND_PHASE,
     BIND_PHASE_ALLOCATING,
@@ -35,6 +36,7 @@ from hami_common.grants import GrantKey
 from hami_common.inventory import FAKE
 from hami_common.resources import GPU
 from hami_common.settings import to_argv
+from hami_common.staging import StagedPod, StagingStore
 from hami_sim.realk8s import ApiError, ControlPlane, Peer, RealKubelet, mount_namespaces_work
 
 NODE = "n1"
@@ -87,6 +89,7 @@ def node(plane: ControlPlane, tmp_path: Path) -> Iterator[RealKubelet]:
         staging_dir=str(tmp_path / "staging"),
         hook_path=str(tmp_path / "hook"),
         use_bus=False,
+        pod_resources_socket=str(kubelet.pod_resources_socket),
     )
     allocator = Peer(
         "allocator", [sys.executable, "-c", _ALLOCATOR_MAIN, *to_argv(settings)], tmp_path / "allocator.log"
@@ -178,6 +181,77 @@ def test_the_real_kubelet_gets_no_devices_for_a_grant_the_scheduler_did_not_sign
     assert status.get("reason") == "UnexpectedAdmissionError"
     assert "signature does not match" in status.get("message", "")
     assert not [c for c in node.created_containers() if c["container"] == "main"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("thief_first", [True, False], ids=["thief-admitted-first", "rightful-admitted-first"])
+def test_a_pod_without_a_grant_is_never_handed_the_grant_of_another_pod_on_the_node(
+    plane: ControlPlane, node: RealKubelet, tmp_path: Path, thief_first: bool
+) -> None:
+    """Issue 28 item 1b. The device plugin API does not say which pod an Allocate is for; HAMi serves the
+    oldest pending grant to whoever asks. Here a pod that asks for a GPU but holds no grant (created onto the
+    node directly: no webhook, no scheduler) is admitted while another pod's signed grant waits staged on the
+    node. The allocator asks the kubelet's PodResources List which pod it is admitting: the thief is refused,
+    the rightful pod gets its own grant, in either order."""
+    until("nvidia.com/gpu allocatable", lambda: (_node(plane) or {}).get("status", {}).get("allocatable", {}).get(GPU))
+    plane.ensure_namespace("kubelet-swap")
+    grant = encode_pod_devices([[ContainerDevice(uuid=GPUS[1], type="NVIDIA", usedmem=5000, usedcores=50)]])
+    rightful = plane.create("", "v1", "pods", "kubelet-swap", _gpu_pod("rightful", grant, node_name=""))
+    uid = rightful["metadata"]["uid"]
+    signed = {"metadata": {"annotations": {GRANT_SIGNATURE: KEY.sign(uid, NODE, grant)}}}
+    plane.request("PATCH", "/api/v1/namespaces/kubelet-swap/pods/rightful", signed, "application/merge-patch+json")
+    # what the node agent stages from the extender's placement, before the pod is bound
+    placed = PodGrant(
+        pod_uid=uid,
+        namespace="kubelet-swap",
+        name="rightful",
+        containers=(ContainerGrant(name="main", devices=(GrantedDevice(GPUS[1], 5000, 50),)),),
+    )
+    staged = StagedPod(
+        pod_uid=uid,
+        namespace="kubelet-swap",
+        name="rightful",
+        node=NODE,
+        bind_time_ns=time.time_ns(),
+        containers=build_pod(placed, NodeAllocationConfig(hook_path=str(tmp_path / "hook"))),
+    )
+    assert StagingStore(tmp_path / "staging").put(staged)
+
+    def phase(name: str) -> str:
+        got = plane.request("GET", f"/api/v1/namespaces/kubelet-swap/pods/{name}")
+        found = str(got.get("status", {}).get("phase", ""))
+        return found if found in ("Running", "Failed") else ""
+
+    def bind_rightful() -> None:
+        binding = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "rightful"}, "target": {"name": NODE}}
+        plane.request("POST", "/api/v1/namespaces/kubelet-swap/pods/rightful/binding", binding)
+        assert until("the rightful pod admitted", lambda: phase("rightful")) == "Running"
+
+    def create_thief() -> None:
+        thief = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "thief"},
+            "spec": {
+                "nodeName": NODE,
+                "containers": [{"name": "main", "image": "cuda:12", "resources": {"limits": {GPU: "1"}}}],
+            },
+        }
+        plane.create("", "v1", "pods", "kubelet-swap", thief)
+        assert until("the thief's admission settled", lambda: phase("thief")) == "Failed"
+
+    for step in (create_thief, bind_rightful) if thief_first else (bind_rightful, create_thief):
+        step()
+    thief = plane.request("GET", "/api/v1/namespaces/kubelet-swap/pods/thief")
+    assert thief["status"].get("reason") == "UnexpectedAdmissionError"
+    assert "holds no grant" in thief["status"].get("message", "")
+    created = [c for c in node.created_containers() if c["container"] == "main"]
+    assert [c["pod"]["name"] for c in created] == ["rightful"]  # the thief got no container
+    (main,) = created
+    envs = {e["key"]: e["value"] for e in main["envs"]}
+    assert envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
+    assert envs["CUDA_DEVICE_MEMORY_LIMIT_0"] == "5000m"
+    assert envs["CUDA_DEVICE_SM_LIMIT"] == "50"
 
 
 def _gpu_pod(name: str, grant: str, *, node_name: str) -> dict[str, Any]:

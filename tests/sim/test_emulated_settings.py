@@ -88,7 +88,7 @@ async def test_every_literal_setting_of_a_deployed_container_reaches_its_emulate
         # the places the stack maps: addresses, mounted files, host paths, the node's own inventory
         places = {
             "nats_url", "http_host", "http_port", "tls_cert_file", "tls_key_file", "grant_key_file",
-            "plugin_dir", "staging_dir", "hook_path", "inventory",
+            "plugin_dir", "pod_resources_socket", "staging_dir", "hook_path", "inventory",
         }  # fmt: skip
         taken = _taken(settings, workload, container, places)
         assert taken, (workload, container)

@@ -25,6 +25,7 @@ from hami_common.deviceplugin.rpc import (
     unix_target,
 )
 from hami_common.kube import Change, KubeClient, Pod, WatchCache, pod_source
+from hami_common.podresources import ListedContainer, ListedPod, add_lister
 from hami_common.quantity import as_int
 
 __all__ = ["ContainerAdmission", "KubeletEmulator", "PluginView", "PodAdmission"]
@@ -104,8 +105,22 @@ class _Registration(RegistrationServicer):  # type: ignore[misc]
 class KubeletEmulator:
     """``await kubelet.start()`` … ``await kubelet.stop()``; or ``async with KubeletEmulator(dir) as kubelet``."""
 
-    def __init__(self, plugin_dir: Path | str, *, node: str = "", dial_timeout: float = DIAL_TIMEOUT_S) -> None:
+    def __init__(
+        self,
+        plugin_dir: Path | str,
+        *,
+        node: str = "",
+        dial_timeout: float = DIAL_TIMEOUT_S,
+        pod_resources: Path | str | None = None,
+    ) -> None:
         self.plugin_dir = Path(plugin_dir)
+        # the PodResources socket (the kubelet's <root-dir>/pod-resources/kubelet.sock), served when given
+        self.pod_resources = Path(pod_resources) if pod_resources is not None else None
+        self._lister: Any = None
+        # the active pods as the kubelet's List shows them: (namespace, name, app containers) and, per
+        # container, the device IDs by resource it was allocated; a pod is listed from its admission on
+        self._active: dict[str, tuple[str, str, tuple[str, ...]]] = {}
+        self._held: dict[str, dict[str, dict[str, tuple[str, ...]]]] = {}
         self.node = node
         self.dial_timeout = dial_timeout
         self.plugins: dict[str, PluginView] = {}
@@ -138,6 +153,15 @@ class KubeletEmulator:
         await server.start()
         self._server = server
         self.starts += 1
+        if self.pod_resources is not None and self._lister is None:
+            self.pod_resources.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                self.pod_resources.unlink()
+            lister = grpc.aio.server()
+            add_lister(lister, self._listed)
+            lister.add_insecure_port(unix_target(str(self.pod_resources)))
+            await lister.start()
+            self._lister = lister
 
     async def stop(self) -> None:
         for view in list(self.plugins.values()):
@@ -146,6 +170,9 @@ class KubeletEmulator:
         if self._server is not None:
             await self._server.stop(0)
             self._server = None
+        if self._lister is not None:
+            await self._lister.stop(0)
+            self._lister = None
 
     async def restart(self) -> None:
         await self.stop()
@@ -231,7 +258,24 @@ class KubeletEmulator:
             self._changed.notify_all()
         return admission
 
+    async def _listed(self) -> list[ListedPod]:
+        """The kubelet's PodResources ``List``: every active pod, each app container with the devices it holds
+        (init containers that are not restartable are not listed; this emulator knows no restartable ones)."""
+        return [
+            ListedPod(namespace, name, tuple(ListedContainer(c, self._held.get(uid, {}).get(c, {})) for c in names))
+            for uid, (namespace, name, names) in self._active.items()
+        ]
+
     async def _admit(self, pod: Pod) -> PodAdmission:
+        uid = pod.metadata.uid
+        self._active[uid] = (pod.metadata.namespace, pod.metadata.name, tuple(c.name for c in pod.spec.containers))
+        admission = await self._allocate_pod(pod)
+        if not admission.ok:  # a rejected pod is failed: no longer active
+            self._active.pop(uid, None)
+            self._held.pop(uid, None)
+        return admission
+
+    async def _allocate_pod(self, pod: Pod) -> PodAdmission:
         uid = pod.metadata.uid
         results: list[ContainerAdmission] = []
         containers = [(c, True) for c in pod.spec.init_containers] + [(c, False) for c in pod.spec.containers]
@@ -274,12 +318,15 @@ class KubeletEmulator:
         if not answer.container_responses:
             return ContainerAdmission(name, tuple(chosen), error="the plugin answered no container response")
         own.update(chosen)
+        self._held.setdefault(uid, {}).setdefault(name, {})[resource] = tuple(chosen)
         return ContainerAdmission(name, tuple(chosen), answer.container_responses[0])
 
     def release(self, uid: str) -> None:
         """The pod is gone: its devices are free again."""
         for pods in self._assigned.values():
             pods.pop(uid, None)
+        self._active.pop(uid, None)
+        self._held.pop(uid, None)
 
     async def wait_admitted(self, uid: str) -> PodAdmission:
         await self.wait_for(lambda: uid in self.admitted)

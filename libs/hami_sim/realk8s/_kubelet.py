@@ -109,6 +109,11 @@ class RealKubelet:
             binds.append(f"mount --bind {shlex.quote(str(copy))} {real}")
         return binds
 
+    @property
+    def pod_resources_socket(self) -> Path:
+        """The kubelet's PodResources socket (``<root-dir>/pod-resources/kubelet.sock``)."""
+        return self.folder / "root" / "pod-resources" / "kubelet.sock"
+
     def start(self) -> None:
         DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)  # the bind mount's target
         self.runtime.start()

@@ -367,6 +367,7 @@ class LocalCluster:
             launched = LaunchedNode(
                 plugin_dir=real.node_plugin_dir(name),
                 staging_dir=real.node_staging_dir(name),
+                pod_resources=real.node_pod_resources(name),
                 agent=ProcessService(f"nodeagent/{name}", pod.container("nodeagent")),
                 allocator=ProcessService(f"allocator/{name}", pod.container("allocator")),
             )

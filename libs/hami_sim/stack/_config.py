@@ -171,6 +171,10 @@ class StackConfig:
     def plugin_dir(self, node: str) -> Path:
         return self.sockdir / node
 
+    def pod_resources_socket(self, node: str) -> Path:
+        """The emulated kubelet's PodResources socket (the kubelet's <root-dir>/pod-resources/kubelet.sock)."""
+        return self.sockdir / f"{node}-pod-resources" / "kubelet.sock"
+
     def node_dir(self, node: str) -> Path:
         return self.workdir / "nodes" / node
 

@@ -74,6 +74,7 @@ class LaunchedNode:
 
     plugin_dir: Path
     staging_dir: Path
+    pod_resources: Path  # the allocator's HAMI_POD_RESOURCES_SOCKET, where this node's kubelet serves List
     agent: ProcessService
     allocator: ProcessService
 
@@ -106,7 +107,11 @@ class SimNode:
         self.config = config
         self.connections = connections
         self.launched = launched
-        self.kubelet = KubeletEmulator(launched.plugin_dir if launched else config.plugin_dir(name), node=name)
+        self.kubelet = KubeletEmulator(
+            launched.plugin_dir if launched else config.plugin_dir(name),
+            node=name,
+            pod_resources=launched.pod_resources if launched else config.pod_resources_socket(name),
+        )
         self.agent: RunningService | ProcessService = (
             launched.agent if launched else RunningService(f"nodeagent/{name}", self._run_agent, tasks, on_failure)
         )
@@ -153,6 +158,7 @@ class SimNode:
             mapped={
                 **self._node_places(),
                 "plugin_dir": str(self.config.plugin_dir(self.name)),
+                "pod_resources_socket": str(self.config.pod_resources_socket(self.name)),
                 "staging_dir": str(node_dir / "staging"),
                 "hook_path": str(node_dir / "hook"),
                 "grant_key_file": str(self.config.grant_key_file),

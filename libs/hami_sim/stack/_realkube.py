@@ -171,6 +171,9 @@ class RealKube:
         """Where the node pod's allocator serves its socket (the hostPath of deploy/): the kubelet's folder."""
         return self._node_path(node, "allocator", "HAMI_PLUGIN_DIR")
 
+    def node_pod_resources(self, node: str) -> Path:
+        return self._node_path(node, "allocator", "HAMI_POD_RESOURCES_SOCKET")
+
     def node_staging_dir(self, node: str) -> Path:
         return self._node_path(node, "allocator", "HAMI_STAGING_DIR")
 

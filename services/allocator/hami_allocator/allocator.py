@@ -1,7 +1,9 @@
 """The plugin's decisions, free of gRPC: which answer a container gets, and which IDs to prefer.
 
 ``Allocate`` for one container with N device IDs: take the oldest staged pod whose next container asks for
-N devices; without one, fall back to HAMi's way (the pending pod's annotation, :mod:`.pending`). Calls are
+N devices; without one, fall back to HAMi's way (the pending pod's annotation, :mod:`.pending`). Where the
+kubelet's PodResources socket is configured, the pod is not guessed: only the pod the kubelet is admitting
+(:mod:`.admitting`) is served, and only a container of it that waits for devices. Calls are
 serialised (HAMi's ``applyMutex``): each one consumes a position in a pod's container order. The answer's
 host files are written before it is returned; everything the apiserver and the bus must learn is handed
 to :class:`.followup.FollowUp` and happens after the reply.
@@ -21,10 +23,11 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Final, cast
 
 import msgspec
 
+from hami_allocator.admitting import Admitting, KubeletPods, SpecPod, admitting, ask_kubelet
 from hami_allocator.followup import FollowUp, Served
 from hami_allocator.inventory import GpuSource, VirtualDevice, virtual_devices
 from hami_allocator.mig import MigInstances, Reclaimed
@@ -42,7 +45,7 @@ from hami_common.annotations import MIG_ALLOCATIONS, decode_mig_allocations
 from hami_common.errors import AnnotationError, HamiError, InvalidInput, NotFound, TransientError
 from hami_common.grants import GrantKey, unverified_reason
 from hami_common.inventory import MigNotPermitted, MigRefused
-from hami_common.resources import GPU_PRIORITY
+from hami_common.resources import GPU, GPU_PRIORITY
 from hami_common.staging import Claim, ClaimOutcome, StagingStore, has_host_files, write_host_files
 from hami_common.tracing import context_from_annotation, tracer
 
@@ -86,6 +89,8 @@ class Allocator:
         grant_key: GrantKey | None = None,
         priority_name: str = GPU_PRIORITY,
         mig: MigInstances | None = None,
+        resource: str = GPU,
+        kubelet_pods: KubeletPods | None = None,
     ) -> None:
         if split < 1:
             raise ValueError("device split count must be at least 1")
@@ -106,6 +111,10 @@ class Allocator:
         self.gone = GoneSet()
         self.pod_ended = GoneSet()  # deleted or Succeeded/Failed: their MIG instances may go (not merely deleting)
         self.mig = mig  # None: this node is not in MIG mode
+        self.resource = resource  # the extended resource this plugin advertises
+        # the kubelet's PodResources List; None: the pod an Allocate is for is guessed, as HAMi guesses it
+        self.kubelet_pods = kubelet_pods
+        self.refused_unknown = 0  # Allocate calls refused because the pod they are for could not be told
         # Names of the containers served per pod, kept until the pod is gone: whether a pod listing shows an
         # entry erased or not yet, a served container is never offered again.
         self.inflight: dict[str, set[str]] = {}
@@ -163,7 +172,7 @@ class Allocator:
 
     # --- Allocate ----------------------------------------------------------------------------------------
 
-    def _claim(self, count: int) -> ClaimOutcome:
+    def _claim(self, count: int, only: Admitting | None = None) -> ClaimOutcome:
         """A staged claim whose container the fallback has not served already.
 
         The node agent may stage a placement moments after the fallback answered for that pod; served as is,
@@ -172,7 +181,7 @@ class Allocator:
         """
         problems: list[str] = []
         while True:
-            outcome = self.store.claim(count, gone=self.gone)
+            outcome = self.store.claim(count, gone=self.gone, pod_uid=only.uid if only is not None else None)
             problems.extend(outcome.problems)
             claim = outcome.claim
             if claim is None or claim.container.name not in self.inflight.get(claim.pod.pod_uid, ()):
@@ -191,7 +200,8 @@ class Allocator:
         started = time.time_ns()
         self.check_ids(ids)
         async with self._lock:
-            outcome = self._claim(len(ids))
+            who = await self._admitting() if self.kubelet_pods is not None else None
+            outcome = self._claim(len(ids), who)
             if outcome.claim is not None:
                 claim = outcome.claim
                 allocation = claim.container
@@ -205,7 +215,13 @@ class Allocator:
                     trace_context=claim.pod.trace_context,
                 )
             else:
-                allocation, served = await self._fallback(len(ids), outcome.problems)
+                allocation, served = await self._fallback(len(ids), outcome.problems, who)
+            if who is not None and served.container not in who.waiting:
+                self.refused_unknown += 1
+                raise InvalidInput(
+                    f"the grant of pod {who.what} is for container {served.container}, but the kubelet is not "
+                    f"allocating that container (waiting: {', '.join(sorted(who.waiting))}); nothing handed out"
+                )
             if self.mig is not None and outcome.claim is not None and not allocation.mig:
                 if not self.mig.modes_known(allocation.device_uuids):  # a driver call per GPU, once
                     await asyncio.to_thread(self.mig.learn_modes, allocation.device_uuids)
@@ -304,7 +320,35 @@ class Allocator:
         self._trace(served)
         self.followup.submit(served, expected=True)
 
-    async def _fallback(self, count: int, problems: Sequence[str]) -> tuple[ContainerAllocation, Served]:
+    async def _admitting(self) -> Admitting:
+        """The pod the kubelet is admitting, from its PodResources List and the node's pods (the watch's,
+        else one listing from the apiserver for pods the watch does not hold yet). Fails closed."""
+        assert self.kubelet_pods is not None
+        try:
+            listed = await ask_kubelet(self.kubelet_pods, self.fallback_timeout)
+        except TransientError:
+            self.refused_unknown += 1
+            raise
+        # the watch holds the shared Pod, whose containers carry their resources as SpecPod's do
+        known: dict[tuple[str, str], SpecPod] = {
+            (p.metadata.namespace, p.metadata.name): cast(SpecPod, p) for p in self.known_pods()
+        }
+        if self.pods is not None and any((e.namespace, e.name) not in known for e in listed):
+            try:
+                async with asyncio.timeout(self.fallback_timeout):
+                    for pod in await self.pods.list_node_pods(self.node):
+                        known.setdefault((pod.metadata.namespace, pod.metadata.name), pod)
+            except (HamiError, TimeoutError) as err:
+                log.info("listing the pods of node %s for the kubelet's pods failed: %s", self.node, err)
+        try:
+            return admitting(listed, known, self.resource, self.node)
+        except NotFound:
+            self.refused_unknown += 1
+            raise
+
+    async def _fallback(
+        self, count: int, problems: Sequence[str], only: Admitting | None = None
+    ) -> tuple[ContainerAllocation, Served]:
         also = f"; {'; '.join(problems)}" if problems else ""
         if self.pods is None:
             raise NotFound(f"nothing staged for {count} device(s) on node {self.node} and no apiserver{also}")
@@ -313,6 +357,10 @@ class Allocator:
                 pods = await self.pods.list_node_pods(self.node)
         except TimeoutError as err:
             raise TransientError(f"listing the pods of node {self.node} timed out{also}") from err
+        whose = ""
+        if only is not None:
+            pods = [p for p in pods if p.metadata.uid == only.uid]
+            whose = f"pod {only.what}, which the kubelet is admitting, holds no grant on node {self.node}: "
         try:
             pending = next_pending(
                 pods,
@@ -324,7 +372,7 @@ class Allocator:
                 priority_name=self.priority_name,
             )
         except NotFound as err:
-            raise NotFound(f"{err}{also}") from err
+            raise NotFound(f"{whose}{err}{also}") from err
         except BrokenPod as err:
             meta = err.pod.metadata
             self.followup.submit(

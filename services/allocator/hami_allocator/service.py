@@ -15,6 +15,7 @@ from pathlib import Path
 import msgspec
 from opentelemetry.context import Context
 
+from hami_allocator.admitting import KubeletPods
 from hami_allocator.allocator import Allocator
 from hami_allocator.followup import FollowUp, ResultPublisher
 from hami_allocator.inventory import DeclaredInventory, DiscoveredInventory, GpuSource, parse_declared
@@ -38,6 +39,7 @@ from hami_common.inventory import (
     open_mig_control,
 )
 from hami_common.kube import Change, KubeClient, Node, Pod, WatchCache, node_source, pod_source
+from hami_common.podresources import PodResourcesClient
 from hami_common.resources import GPU_PRIORITY
 from hami_common.service import EXIT_CONFIG
 from hami_common.settings import BusSettings
@@ -96,6 +98,7 @@ class AllocatorService:
         mig: MigControl | None = None,
         mig_grace: float = 60.0,
         mig_reclaim_interval: float = 30.0,
+        kubelet_pods: KubeletPods | None = None,
     ) -> None:
         self.node = node
         self.mig_reclaim_interval = mig_reclaim_interval
@@ -120,6 +123,8 @@ class AllocatorService:
             grant_key=grant_key,
             priority_name=priority_name,
             mig=MigInstances(mig, node=node, grace=mig_grace) if mig is not None else None,
+            resource=endpoint.resource_name,
+            kubelet_pods=kubelet_pods,
         )
         self.plugin = DevicePluginService(
             self.allocator, preferred_available=endpoint.preferred_available, numa_topology=numa_topology
@@ -209,7 +214,10 @@ async def _mig_control(
 
 
 async def _vendor_servers(
-    settings: AllocatorSettings, inventory: DeclaredInventory, kube: KubeClient | None
+    settings: AllocatorSettings,
+    inventory: DeclaredInventory,
+    kube: KubeClient | None,
+    kubelet_pods: KubeletPods | None = None,
 ) -> list[PluginServer]:
     """One plugin server per resource of every configured family with declared devices on this node."""
     if not isinstance(inventory, DiscoveredInventory):
@@ -231,6 +239,7 @@ async def _vendor_servers(
             erase_keys=keys,
             host_root=Path(settings.vendor_host_root),
             hook_path=settings.hook_path,
+            kubelet_pods=kubelet_pods,
         )
         for resource in plugin.advertised(settings.node_name, mine):
             endpoint = Endpoint(
@@ -273,6 +282,16 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
         bus = LazyBus(settings) if settings.use_bus else None
         if bus is not None:
             stack.push_async_callback(bus.close)
+        kubelet_pods = None
+        if settings.pod_resources_socket:
+            lister = PodResourcesClient(settings.pod_resources_socket)
+            stack.push_async_callback(lister.close)
+            kubelet_pods = lister.list
+        else:
+            log.warning(
+                "no --pod-resources-socket: the pod an Allocate is for is guessed (the oldest pending grant), "
+                "as HAMi guesses it, not asked of the kubelet"
+            )
         service = AllocatorService(
             node=settings.node_name,
             endpoint=endpoint,
@@ -288,8 +307,9 @@ async def serve(settings: AllocatorSettings, stop: asyncio.Event) -> None:
             mig=mig,
             mig_grace=settings.mig_reclaim_grace,
             mig_reclaim_interval=settings.mig_reclaim_interval,
+            kubelet_pods=kubelet_pods,
         )
-        vendor_servers = await _vendor_servers(settings, inventory, kube)
+        vendor_servers = await _vendor_servers(settings, inventory, kube, kubelet_pods)
         if grant_key is None and settings.use_apiserver:
             log.warning("no grant key (--grant-key-file): pods are served from staged placements only")
         async with asyncio.TaskGroup() as tg:

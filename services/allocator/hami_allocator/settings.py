@@ -37,6 +37,9 @@ class AllocatorSettings(BusSettings, KubeSettings, GrantSettings, NodeConfigSett
     preferred_allocation: bool | None = setting(
         None, "offer GetPreferredAllocation to the kubelet (enablegetpreferredallocation; on)"
     )
+    pod_resources_socket: str = setting(
+        "", "the kubelet's PodResources socket, asked which pod each Allocate is for (empty: guessed, as HAMi does)"
+    )
     staging_dir: str = setting(DEFAULT_STAGING_DIR, "node-local staging store shared with the node agent")
     hook_path: str = setting("/usr/local", "host directory holding vgpu/libvgpu.so (HAMi's HOOK_PATH)")
     libvgpu: str = setting("", "host file mounted as libvgpu.so, e.g. a versioned one (empty: $HOOK/vgpu/libvgpu.so)")

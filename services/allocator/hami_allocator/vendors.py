@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+from hami_allocator.admitting import Admitting, KubeletPods, admitting, ask_kubelet
 from hami_allocator.followup import release_node_lock
 from hami_allocator.pending import NodePods, PendingPod
 from hami_allocator.plugin import _abort, to_pb
@@ -86,6 +87,8 @@ class VendorNode:
     hook_path: str = "/usr/local"
     served: dict[str, frozenset[str]] = field(default_factory=dict)
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # the kubelet's PodResources List: only the pod being admitted is served (None: guessed, as HAMi does)
+    kubelet_pods: KubeletPods | None = None
 
     def devices(self, resource: str) -> list[tuple[str, bool]]:
         """The resource's device IDs with the health of the device each belongs to."""
@@ -103,6 +106,9 @@ class VendorNode:
                     listed = await self.pods.list_node_pods(self.node)
             except TimeoutError as err:
                 raise TransientError(f"listing the pods of node {self.node} timed out") from err
+            if self.kubelet_pods is not None:
+                who = await self._admitting(resource, listed)
+                listed = [p for p in listed if p.metadata.uid == who.uid]
             call = AllocateCall(
                 node=self.node,
                 resource=resource,
@@ -118,6 +124,11 @@ class VendorNode:
             self.served[uid] = self.served.get(uid, frozenset()) | {resource}
             await self._record(answer)
         return answer
+
+    async def _admitting(self, resource: str, listed: Sequence[PendingPod]) -> Admitting:
+        assert self.kubelet_pods is not None
+        running = await ask_kubelet(self.kubelet_pods, _LIST_TIMEOUT_S)
+        return admitting(running, {(p.metadata.namespace, p.metadata.name): p for p in listed}, resource, self.node)
 
     def _write_files(self, answer: PluginAnswer) -> None:
         for file in answer.files:
