@@ -190,7 +190,9 @@ QUOTA_LIMIT: Final = FamilySpec(
 
 # --- beyond HAMi: the scheduling path and the aggregator itself -----------------------------------------
 ADMISSIONS: Final = FamilySpec(
-    "hami_scheduling_admissions_total", "Webhook verdicts on pods, by namespace and result (mutated, allowed, denied)",
+    "hami_scheduling_admissions_total",
+    "Webhook verdicts on pods, by namespace and result (mutated, allowed, denied); namespace _other: beyond the "
+    "cap of labelled namespaces, or quiet for --admission-namespace-staleness-s",
     Kind.COUNTER, ("namespace", "result"), const_labels=(),
 )  # fmt: skip
 PLACEMENTS: Final = FamilySpec(

@@ -4,6 +4,13 @@ What the events carry today gives admissions, placements, allocations by path (s
 result, admission-to-bind and bind-to-Allocate times, and each event's delivery lag. The optional timings of
 :class:`~hami_common.events.PlacementDecision` and :class:`~hami_common.events.AllocationResult` (filter,
 bind, hand-off wait, Allocate) are counted when publishers send them.
+
+Admissions are counted by namespace, and anyone who reaches the webhook can post a review naming any
+namespace (issue 28 item 9). The series stay bounded: at most :data:`MAX_ADMISSION_NAMESPACES` namespaces
+have a label of their own (the webhook announces only namespaces its watch knows; this is the backstop), and
+a namespace without an admission for a while (deleted, or quiet) gives its label up
+(:func:`retire_namespaces`). What has no label of its own counts under :data:`ADMISSION_OTHER_NAMESPACE`,
+so the sum over namespaces is still a counter.
 """
 
 from __future__ import annotations
@@ -15,7 +22,16 @@ from typing import Final
 from hami_common.events import AdmissionEvent, AllocationResult, PlacementDecision
 from hami_metrics.histogram import Histogram
 
-__all__ = ["PathStats", "on_admission", "on_allocation", "on_placement", "with_lag"]
+__all__ = [
+    "ADMISSION_OTHER_NAMESPACE",
+    "MAX_ADMISSION_NAMESPACES",
+    "PathStats",
+    "on_admission",
+    "on_allocation",
+    "on_placement",
+    "retire_namespaces",
+    "with_lag",
+]
 
 NS_PER_S: Final = 1_000_000_000
 
@@ -32,6 +48,9 @@ RESULT_FAILED: Final = "failed"
 ADMISSION_MUTATED: Final = "mutated"
 ADMISSION_ALLOWED: Final = "allowed"
 ADMISSION_DENIED: Final = "denied"
+# No Kubernetes namespace has this name (a DNS-1123 label starts with a letter or digit).
+ADMISSION_OTHER_NAMESPACE: Final = "_other"
+MAX_ADMISSION_NAMESPACES: Final = 1000  # namespaces with a label of their own; the rest count under _other
 
 _EMPTY: Final = Histogram()
 
@@ -41,6 +60,7 @@ class PathStats:
     """Cumulative scheduling-path figures (counters and histograms only grow)."""
 
     admissions: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (namespace, result) -> n
+    admission_seen: Mapping[str, int] = field(default_factory=dict)  # labelled namespace -> last admission ns
     placements: int = 0
     allocations: Mapping[tuple[str, str], int] = field(default_factory=dict)  # (path, result) -> n
     admission_to_bind: Histogram = _EMPTY
@@ -69,6 +89,7 @@ def with_lag(path: PathStats, kind: str, at_ns: int, now_ns: int) -> PathStats:
     p = path
     return PathStats(
         admissions=p.admissions,
+        admission_seen=p.admission_seen,
         placements=p.placements,
         allocations=p.allocations,
         admission_to_bind=p.admission_to_bind,
@@ -84,9 +105,15 @@ def with_lag(path: PathStats, kind: str, at_ns: int, now_ns: int) -> PathStats:
 
 def on_admission(path: PathStats, ev: AdmissionEvent, now_ns: int) -> PathStats:
     result = ADMISSION_DENIED if not ev.allowed else ADMISSION_MUTATED if ev.mutated else ADMISSION_ALLOWED
+    seen = path.admission_seen
+    namespace = ev.namespace
+    if namespace in seen or len(seen) < MAX_ADMISSION_NAMESPACES:
+        seen = {**seen, namespace: now_ns}
+    else:
+        namespace = ADMISSION_OTHER_NAMESPACE
     admissions = dict(path.admissions)
-    admissions[(ev.namespace, result)] = admissions.get((ev.namespace, result), 0) + 1
-    path = replace(with_lag(path, KIND_ADMISSION, ev.at_ns, now_ns), admissions=admissions)
+    admissions[(namespace, result)] = admissions.get((namespace, result), 0) + 1
+    path = replace(with_lag(path, KIND_ADMISSION, ev.at_ns, now_ns), admissions=admissions, admission_seen=seen)
     if ev.allowed and ev.gpu_containers > 0:  # only GPU pods reach our bind
         pending = dict(path.pending_admissions)
         pending[ev.pod_uid] = (ev.at_ns, now_ns)
@@ -121,3 +148,18 @@ def on_allocation(path: PathStats, ev: AllocationResult, bind_time_ns: int | Non
     if isinstance(ev, AllocationResult) and ev.allocate_ns is not None:
         path = replace(path, allocate=_observe(path.allocate, route, ev.allocate_ns))
     return path
+
+
+def retire_namespaces(path: PathStats, cutoff_ns: int) -> PathStats:
+    """Namespaces without an admission since ``cutoff_ns`` give their label up: their counts move to
+    :data:`ADMISSION_OTHER_NAMESPACE` (a deleted namespace's series end; the sum over namespaces never drops).
+    Returns ``path`` itself when no namespace is that quiet."""
+    quiet = {ns for ns, at in path.admission_seen.items() if at < cutoff_ns}
+    if not quiet:
+        return path
+    admissions: dict[tuple[str, str], int] = {}
+    for (namespace, result), n in path.admissions.items():
+        key = (ADMISSION_OTHER_NAMESPACE, result) if namespace in quiet else (namespace, result)
+        admissions[key] = admissions.get(key, 0) + n
+    seen = {ns: at for ns, at in path.admission_seen.items() if ns not in quiet}
+    return replace(path, admissions=admissions, admission_seen=seen)

@@ -24,6 +24,9 @@ class MetricsSettings(BusSettings):
     node_staleness_s: float = setting(90.0, "drop a node's series after it reported nothing for this long")
     usage_staleness_s: float = setting(30.0, "drop a container's usage series after this long without a sample")
     admission_horizon_s: float = setting(900.0, "forget an admitted pod that was not bound within this long")
+    admission_namespace_staleness_s: float = setting(
+        3600.0, 'a namespace without an admission this long counts under namespace="_other" (deleted ones too)'
+    )
     metrics_token: str = setting("", "bearer token required on /metrics (empty: no authentication)")
     metrics_token_file: str = setting("", "file holding the bearer token; read once at start, wins over the flag")
     tls_cert_file: str = setting("", "PEM certificate: serve HTTPS when set (with --tls-key-file)")
@@ -36,6 +39,7 @@ class MetricsSettings(BusSettings):
             node_staleness_ns=int(self.node_staleness_s * NS_PER_S),
             usage_staleness_ns=int(self.usage_staleness_s * NS_PER_S),
             admission_horizon_ns=int(self.admission_horizon_s * NS_PER_S),
+            admission_namespace_staleness_ns=int(self.admission_namespace_staleness_s * NS_PER_S),
         )
 
     def token(self) -> str:
@@ -53,5 +57,5 @@ class MetricsSettings(BusSettings):
             raise InvalidInput(f"shard {self.shard_index} of {self.shard_count}: need 0 <= index < count")
         if bool(self.tls_cert_file) != bool(self.tls_key_file):
             raise InvalidInput("--tls-cert-file and --tls-key-file go together")
-        if self.node_staleness_s <= 0 or self.usage_staleness_s <= 0:
+        if self.node_staleness_s <= 0 or self.usage_staleness_s <= 0 or self.admission_namespace_staleness_s <= 0:
             raise InvalidInput("staleness periods must be positive")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from hami_metrics.nodemap import NodeMap
+from hami_metrics.schedpath import NS_PER_S, retire_namespaces
 from hami_metrics.state import ClusterState, NodeState
 
 __all__ = ["Retention", "expire"]
@@ -15,10 +16,12 @@ class Retention:
     node_staleness_ns: int
     usage_staleness_ns: int
     admission_horizon_ns: int
+    admission_namespace_staleness_ns: int = 3600 * NS_PER_S
 
 
 def expire(state: ClusterState, now_ns: int, retention: Retention) -> ClusterState:
-    """Drop silent nodes, silent containers, old pod tombstones and admissions never bound.
+    """Drop silent nodes, silent containers, old pod tombstones and admissions never bound; fold the admission
+    counts of namespaces without an admission for a while into ``namespace="_other"``.
 
     Returns ``state`` itself when nothing is old enough, so callers can tell "unchanged" by identity.
     """
@@ -40,6 +43,10 @@ def expire(state: ClusterState, now_ns: int, retention: Retention) -> ClusterSta
     if any(seen < admission_cutoff for _, seen in path.pending_admissions.values()):
         kept = {uid: v for uid, v in path.pending_admissions.items() if v[1] >= admission_cutoff}
         path = replace(path, pending_admissions=kept)
+        changed = True
+    retired = retire_namespaces(path, now_ns - retention.admission_namespace_staleness_ns)
+    if retired is not path:
+        path = retired
         changed = True
     if not changed:
         return state

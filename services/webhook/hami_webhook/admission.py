@@ -73,6 +73,7 @@ __all__ = [
     "DEFAULT_SCHEDULER",
     "UPDATE",
     "AdmissionPolicy",
+    "NamespaceRoster",
     "NamespaceSource",
     "NamespaceState",
     "Outcome",
@@ -159,6 +160,12 @@ class NamespaceSource(Protocol):
     """What the caches know about a namespace (:class:`~hami_webhook.cluster.ClusterState` is one)."""
 
     def namespace(self, name: str) -> NamespaceState: ...
+
+
+class NamespaceRoster(Protocol):
+    """Which namespaces exist (:class:`~hami_webhook.cluster.ClusterState` is one)."""
+
+    def exists(self, name: str) -> bool: ...
 
 
 def _allowed(message: str = "", pod: PodView | None = None) -> Verdict:

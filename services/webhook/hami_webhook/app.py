@@ -50,6 +50,7 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
                 cluster = ClusterState(kube, policy.resources, rule, policy.families)
                 tasks.append(tg.create_task(cluster.run(), name="webhook caches"))
                 reviewer.namespaces = cluster
+                reviewer.roster = cluster
                 ready = cluster.is_synced
             if s.publish_events:
                 publisher = EventPublisher(capacity=s.event_queue, timeout=s.publish_timeout)

@@ -21,7 +21,15 @@ from hami_common import logkeys, spans, subjects
 from hami_common.errors import InvalidInput
 from hami_common.events import AdmissionEvent
 from hami_common.tracing import TRACEPARENT, context_from_headers, to_annotation, tracer
-from hami_webhook.admission import AdmissionPolicy, NamespaceSource, NamespaceState, Outcome, Verdict, admit
+from hami_webhook.admission import (
+    AdmissionPolicy,
+    NamespaceRoster,
+    NamespaceSource,
+    NamespaceState,
+    Outcome,
+    Verdict,
+    admit,
+)
 from hami_webhook.patch import encode_patch
 from hami_webhook.publisher import EventPublisher
 from hami_webhook.review import (
@@ -56,10 +64,13 @@ Answer = tuple[int, bytes]  # HTTP status, JSON body
 
 
 class NoCluster:
-    """No caches: no quota is known and no namespace may disable control."""
+    """No caches: no quota is known, no namespace may disable control, and every namespace may exist."""
 
     def namespace(self, name: str) -> NamespaceState:
         return NamespaceState()
+
+    def exists(self, name: str) -> bool:
+        return True
 
 
 def error_review(code: int, message: str, uid: str = "", api_version: str = ADMISSION_V1) -> bytes:
@@ -86,6 +97,7 @@ def _response(req: AdmissionRequest, verdict: Verdict) -> AdmissionResponse:
 class Reviewer:
     policy: AdmissionPolicy
     namespaces: NamespaceSource = field(default_factory=NoCluster)
+    roster: NamespaceRoster = field(default_factory=NoCluster)  # only namespaces that exist are announced
     events: EventPublisher | None = None
     stats: Counter[str] = field(default_factory=Counter)
     max_body_bytes: int = MAX_BODY_BYTES
@@ -134,6 +146,11 @@ class Reviewer:
             )
         if self.events is None or pod is None or req.dry_run:
             return  # a dry run has no side effects, announcements included
+        if not self.roster.exists(namespace):
+            # Only a forged review names a namespace that does not exist (the apiserver's NamespaceLifecycle
+            # refuses pods there before any webhook): announced, it would be a metric series (issue 28 item 9).
+            self.stats["unannounced"] += 1
+            return
         try:
             subject = subjects.admission(namespace)
         except InvalidInput:
