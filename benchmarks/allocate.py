@@ -8,6 +8,11 @@ The kubelet side calls GetPreferredAllocation before Allocate, as the kubelet do
 it; only the ``Allocate`` call is timed; the follow-up writes (erasure, bind-phase, lock) are awaited between
 rounds, outside the timing, and the pod is then deleted so every round sees the same node.
 
+A third arm, ``checked``, is the staged path with the kubelet's PodResources socket configured (deploy/'s
+setting): before each Allocate the plugin asks ``List`` which pod is being admitted, from a process of its
+own as the kubelet serves it, listing the round's pod waiting and the node's other pods holding devices.
+``check_cost_p50`` is checked over staged at p50.
+
 Two more figures say where the time goes. ``plugin_*_p50_ms`` is the plugin's own work (request in to
 answer out) and ``*_transport_p50_ms`` the rest of each call: gRPC's round trip and both processes waking.
 ``floor_p50_ms`` is the same call, from the same child, to a plugin that answers at once with a canned
@@ -16,7 +21,7 @@ answer of the same size: no plugin can be faster than that on this machine with 
     python benchmarks/allocate.py [--quick] [--rounds N]
 
 The last line is JSON: ``staged_p50_ms``, ``staged_p99_ms``, ``fallback_p50_ms``, ``fallback_p99_ms``,
-``floor_p50_ms`` and the figures above.
+``checked_p50_ms``, ``checked_p99_ms``, ``check_cost_p50``, ``floor_p50_ms`` and the figures above.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import msgspec
 from kubernetes import client, config
 
 from hami_allocator.inventory import DeclaredInventory, Gpu
@@ -49,13 +55,16 @@ from hami_common.annotations import (
     BIND_TIME,
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
+    GRANT_SIGNATURE,
     VGPU_NODE,
     ContainerDevice,
     decode_pod_devices,
     encode_pod_devices,
 )
 from hami_common.deviceplugin.rpc import DevicePluginServicer, add_device_plugin, pb, unix_target
+from hami_common.grants import GrantKey
 from hami_common.kube import KubeClient, KubeSettings
+from hami_common.podresources import ListedContainer, ListedPod, PodResourcesClient, add_lister
 from hami_common.resources import GPU
 from hami_common.service import run_loop
 from hami_common.staging import StagedPod, StagingStore
@@ -65,6 +74,7 @@ from hami_sim.waiting import eventually
 NODE = "bench-node"
 GPUS = tuple(f"GPU-{i:08d}-0000-0000-0000-000000000000" for i in range(4))
 SPLIT = 10
+GRANT_KEY = GrantKey(b"the benchmark's grant key, as the extender and allocator share one")
 WARMUP = 5
 QUIET_S = 0.02
 SCRIPT = str(Path(__file__).resolve())
@@ -103,6 +113,7 @@ async def _round(
     i: int,
     *,
     staged: bool,
+    listing: tuple[Path, list[ListedPod]] | None = None,
     core: Any,
     store: StagingStore,
     alloc: NodeAllocationConfig,
@@ -112,9 +123,12 @@ async def _round(
     """One pod bound and allocated; (ms as the kubelet sees it, ms inside the plugin)."""
     uuid = GPUS[i % len(GPUS)]
     value = encode_pod_devices([[ContainerDevice(uuid=uuid, type="NVIDIA", usedmem=1000, usedcores=10)]])
-    name = f"{'staged' if staged else 'fallback'}-{i}"
+    name = f"{'checked' if listing else 'staged' if staged else 'fallback'}-{i}"
     created = await asyncio.to_thread(core.create_namespaced_pod, "default", _pod_body(name, value, i))
     uid = created.metadata.uid
+    # signed as the extender signs once the UID is known: the fallback serves only grants it signed
+    signed = {"metadata": {"annotations": {GRANT_SIGNATURE: GRANT_KEY.sign(uid, NODE, value)}}}
+    await asyncio.to_thread(core.patch_namespaced_pod, name, "default", signed)
     if staged:
         grant = from_annotation(
             pod_uid=uid, namespace="default", name=name, container_names=["main"], devices=decode_pod_devices(value)
@@ -133,6 +147,9 @@ async def _round(
     assert service.pods is not None
     cache = service.pods
     await eventually(lambda: cache.get("default", name), what="the plugin's watch saw the pod")
+    if listing is not None:  # what the kubelet lists while admitting the pod: it waits, beside the node's others
+        waiting = ListedPod("default", name, (ListedContainer("main"),))
+        await asyncio.to_thread(listing[0].write_bytes, msgspec.json.encode([*listing[1], waiting]))
     await asyncio.sleep(QUIET_S)  # and the node has gone quiet, as it has by the time a kubelet admits a pod
     elapsed_ms, visible = await kubelet.allocate(service.server.endpoint.socket, f"{uuid}-0")
     assert visible == uuid, visible
@@ -140,6 +157,44 @@ async def _round(
     await service.followup.join()
     await asyncio.to_thread(core.delete_namespaced_pod, name, "default")
     return elapsed_ms, inside_ms
+
+
+def _node_listing(node_pods: int) -> list[ListedPod]:
+    """The node's other pods as the kubelet lists them (:func:`_populate`'s, CPU only: no devices)."""
+    return [ListedPod("default", f"other-{j}", (ListedContainer("main"),)) for j in range(node_pods)]
+
+
+def _lister(socket: str, listing: str) -> None:
+    """The child serving the kubelet's PodResources List: the pods the parent wrote to ``listing``."""
+
+    async def pods() -> list[ListedPod]:
+        # a small file read in place, as the kubelet answers from memory: no thread hop in the List's latency
+        return msgspec.json.decode(Path(listing).read_bytes(), type=list[ListedPod])  # noqa: ASYNC240
+
+    async def serve() -> None:
+        server = grpc.aio.server()
+        add_lister(server, pods)
+        server.add_insecure_port(unix_target(socket))
+        await server.start()
+        await server.wait_for_termination()
+
+    asyncio.run(serve())
+
+
+async def _start_lister(socket: Path, listing: Path, stack: contextlib.AsyncExitStack) -> PodResourcesClient:
+    await asyncio.to_thread(listing.write_bytes, b"[]")
+    proc = await asyncio.create_subprocess_exec(sys.executable, SCRIPT, "--lister", str(socket), str(listing))
+
+    async def stop() -> None:
+        with contextlib.suppress(ProcessLookupError):
+            proc.terminate()
+        await proc.wait()
+
+    stack.push_async_callback(stop)
+    await eventually(socket.exists, what="the PodResources lister serving")
+    lister = PodResourcesClient(str(socket))
+    stack.push_async_callback(lister.close)
+    return lister
 
 
 async def _floor_round(i: int, socket: Path, kubelet: _KubeletSide) -> float:
@@ -304,6 +359,8 @@ def _start_apiserver(work: Path, cleanup: contextlib.ExitStack) -> Path:
 async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> dict[str, float]:
     times: dict[bool, list[float]] = {True: [], False: []}
     transport: dict[bool, list[float]] = {True: [], False: []}  # as seen minus inside the plugin
+    checked: list[float] = []
+    checked_inside: list[float] = []
     floor: list[float] = []
     sockdir = Path(tempfile.mkdtemp(prefix="dp", dir="/tmp"))
     with contextlib.ExitStack() as cleanup:
@@ -327,6 +384,7 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
                 config=alloc,
                 split=SPLIT,
                 kube=kube,
+                grant_key=GRANT_KEY,
             )
             task = asyncio.create_task(service.run())
             stack.push_async_callback(_stop, task)
@@ -336,6 +394,9 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
             await _serve_canned(floor_socket, alloc, stack)
             kubelet_side = await _KubeletSide.start()
             stack.push_async_callback(kubelet_side.close)
+            listing = work / "listing.json"
+            others = _node_listing(node_pods)
+            lister = await _start_lister(sockdir / "pod-resources.sock", listing, stack)
             for i in range(rounds + WARMUP):  # the first rounds warm every path up, untimed
                 for staged in (True, False):
                     seen, plugin_ms = await _round(
@@ -344,10 +405,26 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
                     if i >= WARMUP:
                         times[staged].append(seen)
                         transport[staged].append(seen - plugin_ms)
+                service.allocator.kubelet_pods = lister.list
+                seen, plugin_ms = await _round(
+                    i,
+                    staged=True,
+                    listing=(listing, others),
+                    core=core,
+                    store=store,
+                    alloc=alloc,
+                    kubelet=kubelet_side,
+                    service=service,
+                )
+                service.allocator.kubelet_pods = None
+                if i >= WARMUP:
+                    checked.append(seen)
+                    checked_inside.append(plugin_ms)
                 floor_ms = await _floor_round(i, floor_socket, kubelet_side)
                 if i >= WARMUP:
                     floor.append(floor_ms)
-            assert service.allocator.served_staged == rounds + WARMUP
+            assert service.allocator.served_staged == 2 * (rounds + WARMUP)
+            assert service.allocator.refused_unknown == 0
             assert service.allocator.served_fallback == rounds + WARMUP
     staged_ms, fallback_ms = times[True], times[False]
     inside = service.allocator.latencies_ms
@@ -362,6 +439,10 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
         "staged_p99_ms": round(_percentile(staged_ms, 0.99), 3),
         "fallback_p50_ms": round(statistics.median(fallback_ms), 3),
         "fallback_p99_ms": round(_percentile(fallback_ms, 0.99), 3),
+        "checked_p50_ms": round(statistics.median(checked), 3),
+        "checked_p99_ms": round(_percentile(checked, 0.99), 3),
+        "plugin_checked_p50_ms": round(statistics.median(checked_inside), 3),
+        "check_cost_p50": round(statistics.median(checked) / max(statistics.median(staged_ms), 1e-9), 3),
         "plugin_staged_p50_ms": round(statistics.median(list(inside[True])[-rounds:]), 3),
         "plugin_fallback_p50_ms": round(statistics.median(list(inside[False])[-rounds:]), 3),
     }
@@ -371,12 +452,16 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="a few rounds only (smoke run)")
     parser.add_argument("--client", action="store_true", help=argparse.SUPPRESS)  # the kubelet-side child
+    parser.add_argument("--lister", nargs=2, help=argparse.SUPPRESS)  # the PodResources child: socket, listing
     parser.add_argument("--rounds", type=int, default=300, help="timed rounds per path")
     parser.add_argument("--node-pods", type=int, help="other pods bound to the benchmark node (30; quick: 10)")
     parser.add_argument("--cluster-pods", type=int, help="pods on other nodes of the cluster (300; quick: 30)")
     args = parser.parse_args()
     if args.client:
         _client()
+        return 0
+    if args.lister:
+        _lister(*args.lister)
         return 0
     rounds = 20 if args.quick else args.rounds
     node_pods = args.node_pods if args.node_pods is not None else (10 if args.quick else 30)
@@ -392,7 +477,12 @@ def main() -> int:
     print(f"  {'path':<10}{'p50':>10}{'p99':>10}")
     print(f"  {'staged':<10}{result['staged_p50_ms']:>10.3f}{result['staged_p99_ms']:>10.3f}")
     print(f"  {'fallback':<10}{result['fallback_p50_ms']:>10.3f}{result['fallback_p99_ms']:>10.3f}")
+    print(f"  {'checked':<10}{result['checked_p50_ms']:>10.3f}{result['checked_p99_ms']:>10.3f}")
     print(f"  staged is {speedup:.1f}x faster at p50, as the kubelet sees it")
+    print(
+        f"  asking the kubelet's PodResources List which pod it admits costs {result['check_cost_p50']:.2f}x the "
+        f"staged p50 (inside the plugin: {result['plugin_checked_p50_ms']:.3f} ms)"
+    )
     inside = result["plugin_fallback_p50_ms"] / max(result["plugin_staged_p50_ms"], 1e-9)
     print(
         f"  inside the plugin (request in to answer out): staged {result['plugin_staged_p50_ms']:.3f}, "
