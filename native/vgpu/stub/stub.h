@@ -22,6 +22,8 @@
  *                        driver's behaviour); default 0 lists it from cuInit on
  *   VGPU_STUB_PROCESS_MEMORY_NA  1: NVML lists processes with usedGpuMemory NVML_VALUE_NOT_AVAILABLE (as
  *                        drivers under WDDM or some virtualisation do); the device's used memory still counts
+ *   VGPU_STUB_NVML_INIT_US  how long each nvmlInit takes, in microseconds (a real one takes tens of ms),
+ *                        default 0
  */
 #ifndef VGPU_STUB_H
 #define VGPU_STUB_H
@@ -43,6 +45,7 @@ struct stub_config {
     uint64_t context_size;
     int list_after_context;
     int process_memory_na;
+    unsigned nvml_init_us;
     /* the utilisation model, in nanoseconds */
     uint64_t kernel_ns;
     uint64_t queue_ns;

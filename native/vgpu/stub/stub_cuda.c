@@ -108,6 +108,8 @@ static void load_config(void) {
     cfg.list_after_context = v ? atoi(v) : 0;
     v = knob("VGPU_STUB_PROCESS_MEMORY_NA", buf, sizeof buf);
     cfg.process_memory_na = v ? atoi(v) : 0;
+    v = knob("VGPU_STUB_NVML_INIT_US", buf, sizeof buf);
+    cfg.nvml_init_us = v && atoi(v) > 0 ? (unsigned)atoi(v) : 0;
     v = knob("VGPU_STUB_FAIL", buf, sizeof buf);
     snprintf(fail_spec, sizeof fail_spec, "%s", v ? v : "");
     for (int d = 0; d < MAX_DEV; d++)

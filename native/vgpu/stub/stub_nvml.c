@@ -1,4 +1,5 @@
 /* The NVML half of the test stub (see stub.h). */
+#include <errno.h>
 #include <stdio.h>
 #include <time.h>
 #include <unistd.h>
@@ -25,6 +26,10 @@ EXPORT nvmlReturn_t nvmlInit_v2(void) {
     int e = stub_injected_error("nvmlInit_v2");
     if (e)
         return (nvmlReturn_t)e;
+    unsigned us = stub_config()->nvml_init_us;
+    struct timespec ts = {.tv_sec = us / 1000000, .tv_nsec = (long)(us % 1000000) * 1000L};
+    while (us && nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
     nvml_up = 1;
     return NVML_SUCCESS;
 }

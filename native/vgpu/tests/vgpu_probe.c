@@ -244,6 +244,25 @@ static void process_memory(const char *version) {
     printf("procmem rc=%d count=%u bytes=%llu\n", rc, rc == NVML_SUCCESS ? count : 0, bytes);
 }
 
+/* This process's slot's hostpid in the shared-cache file, read at the spec's offsets (vgpu-interposer.md
+ * §5.2: procs at 1856, 1960 bytes a slot, pid then hostpid; proc_num at 2008896); -1 if it has no slot. */
+static long slot_hostpid(void) {
+    enum { PROCS = 1856, SLOT = 1960, PROC_NUM = 2008896 };
+    const char *path = getenv("CUDA_DEVICE_MEMORY_SHARED_CACHE");
+    FILE *f = path ? fopen(path, "rb") : NULL;
+    int32_t n = 0, ids[2];
+    long found = -1;
+    if (f && fseek(f, PROC_NUM, SEEK_SET) == 0 && fread(&n, sizeof n, 1, f) == 1) {
+        for (int32_t i = 0; i < n && found < 0; i++)
+            if (fseek(f, PROCS + (long)i * SLOT, SEEK_SET) == 0 && fread(ids, sizeof ids, 1, f) == 1 &&
+                ids[0] == (int32_t)getpid())
+                found = ids[1];
+    }
+    if (f)
+        fclose(f);
+    return found;
+}
+
 static void launch_windows(char *spec) {
     /* windows:ms:grid[:kind] - launch flat out, report blocks per wall-clock window; over the stub driver
      * also the device time its utilisation model completed in the window (busy_us) and the window's
@@ -284,7 +303,11 @@ static void run(char *cmd) {
         *arg++ = '\0';
     CUresult rc;
     uint64_t key = 0;
-    if (strcmp(cmd, "init") == 0) {
+    if (strcmp(cmd, "cuinit") == 0) { /* cuInit alone: no context */
+        printf("cuinit rc=%d\n", cuInit(0));
+    } else if (strcmp(cmd, "hostpid") == 0) { /* what the slot holds at this moment */
+        printf("hostpid pid=%d hostpid=%ld\n", (int)getpid(), slot_hostpid());
+    } else if (strcmp(cmd, "init") == 0) {
         rc = cuInit(0);
         printf("init rc=%d\n", rc);
         if (rc == CUDA_SUCCESS)
@@ -460,6 +483,18 @@ static void run(char *cmd) {
         const char *sym;
         const char *obj = object_of(p, &sym);
         printf("procaddr1 rc=%d object=%s symbol=%s\n", rc, obj, sym);
+    } else if (strcmp(cmd, "forkinit") == 0) {
+        /* a child calls cuInit and reports its own slot's hostpid at once; the parent reports it */
+        fflush(stdout);
+        pid_t pid = fork();
+        if (pid == 0) {
+            CUresult crc = cuInit(0);
+            printf("forkinit rc=%d pid=%d hostpid=%ld\n", crc, (int)getpid(), slot_hostpid());
+            fflush(stdout);
+            _exit(0);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
     } else if (strcmp(cmd, "fork") == 0) {
         /* fork:<size> - a child allocates <size> and exits; the parent reports the child's result */
         fflush(stdout);
