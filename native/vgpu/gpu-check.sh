@@ -29,6 +29,16 @@ if cc -std=c11 -D_GNU_SOURCE -O2 -Iinclude -o "$OUT/probe" tests/vgpu_probe.c -l
   R[probe_second_alloc_oom]=$([[ $second == *"rc=2"* ]] && echo true || echo false)
   R[probe_meminfo_total_1g]=$(grep -q '^meminfo rc=0 .*total=1073741824' "$P" && echo true || echo false)
   R[probe_procaddr_hooked]=$(grep -c '^procaddr rc=0 .*object=libvgpu.so' "$P")
+  # The slot's hostpid (issue 28 item 10): a real driver lists a process only from its first context, so
+  # after cuInit it may be 0 (-1: no slot); after the context it must be the process's PID (no PID namespace).
+  H="$OUT/hostpid.out"
+  CUDA_DEVICE_MEMORY_SHARED_CACHE=$OUT/hostpid.cache LD_PRELOAD=$LIB \
+    timeout 60 "$OUT/probe" cuinit hostpid init hostpid >"$H" 2>>"$OUT/probe.err"
+  log "$(cat "$H")"
+  h1=$(grep '^hostpid' "$H" | sed -n 1p | sed -n 's/.*hostpid=\(-\?[0-9]*\).*/\1/p')
+  h2=$(grep '^hostpid' "$H" | sed -n 2p | awk '{split($2,a,"="); split($3,b,"="); print (a[2]==b[2] ? "true" : "false")}')
+  R[probe_hostpid_after_cuinit]=${h1:-null}
+  R[probe_hostpid_after_context_is_pid]=${h2:-null}
 else
   R[probe]='"did not build"'
 fi

@@ -12,12 +12,13 @@
  * whose charge does not fit is destroyed again and the call fails with CUDA_ERROR_OUT_OF_MEMORY, the
  * driver's own answer when a context does not fit on the device.
  *
- * Our process in NVML's list: our PID (no PID namespace), else the slot's known host PID, else the one
- * PID that appeared in the list while the context was created (HAMi-core's discovery). If none of these
- * tells (say two of the container's processes created contexts at once), the context is charged all the
- * memory that appeared on the device meanwhile, as the listings show it (a WARN line says so): that holds
- * our context and may hold another's, so the charge can be too large until the context goes, never too
- * small - a tenant who races its processes must not get contexts for free.
+ * Our process in NVML's list: our PID (no PID namespace), else our host PID already known, else the one
+ * PID that appeared in the list while the context was created (HAMi-core's discovery); whichever it is,
+ * it is our host PID from then on (hostpid.c). If none of these tells (say two of the container's
+ * processes created contexts at once), the context is charged all the memory that appeared on the device
+ * meanwhile, as the listings show it (a WARN line says so): that holds our context and may hold another's,
+ * so the charge can be too large until the context goes, never too small - a tenant who races its
+ * processes must not get contexts for free.
  *
  * VGPU_CONTEXT_MEMORY=ignore turns all of this off (contexts pass straight to the driver); the limits
  * file pins the setting (limits.c). Context creation and destruction are serialised within the process,
@@ -108,25 +109,24 @@ static const nvmlProcessInfo_v1_t *find_pid(const struct listing *l, unsigned pi
     return NULL;
 }
 
-/* Our entry in `after`, or NULL when it cannot be told apart from other processes'. */
+/* Our entry in `after`, or NULL when it cannot be told apart from other processes'. What it finds is our
+ * host PID (hostpid.c): a driver lists a process from its first context on, so this is where it can tell. */
 static const nvmlProcessInfo_v1_t *our_entry(void) {
-    struct vgpu_slot *me = atomic_load_explicit(&vgpu_my_slot, memory_order_acquire);
     const nvmlProcessInfo_v1_t *e = find_pid(&after, (unsigned)getpid());
-    if (!e && me)
-        e = find_pid(&after, (unsigned)VGPU_LOAD(&me->hostpid));
-    if (e || !before.ok)
-        return e;
-    const nvmlProcessInfo_v1_t *fresh = NULL;
-    for (unsigned i = 0; i < after.count; i++) {
-        if (find_pid(&before, after.infos[i].pid))
-            continue;
-        if (fresh)
-            return NULL; /* two processes got a context meanwhile: neither is known to be us */
-        fresh = &after.infos[i];
+    if (!e)
+        e = find_pid(&after, (unsigned)vgpu_host_pid());
+    if (!e && before.ok) {
+        for (unsigned i = 0; i < after.count; i++) {
+            if (find_pid(&before, after.infos[i].pid))
+                continue;
+            if (e)
+                return NULL; /* two processes got a context meanwhile: neither is known to be us */
+            e = &after.infos[i];
+        }
     }
-    if (fresh && me && VGPU_LOAD(&me->hostpid) == 0)
-        VGPU_STORE(&me->hostpid, (int32_t)fresh->pid); /* the monitor maps processes by it */
-    return fresh;
+    if (e)
+        vgpu_host_pid_found((int32_t)e->pid); /* the monitor maps processes by it */
+    return e;
 }
 
 static uint64_t listed_total(const struct listing *l) {

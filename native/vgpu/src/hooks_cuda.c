@@ -40,6 +40,7 @@ VGPU_EXPORT CUresult cuInit(unsigned int flags) {
             vgpu_refresh_device_count();
             vgpu_cache_record_devices(vgpu_device_count);
         }
+        vgpu_host_pid_look_once(VGPU_LOOK_AT_INIT); /* HAMi-core knows it when cuInit returns */
     }
     return rc;
 }

@@ -31,9 +31,11 @@ static void before_fork(void) {
     pthread_mutex_lock(&attach_mu);
     vgpu_cache_before_fork();
     vgpu_table_before_fork();
+    vgpu_host_pid_before_fork();
 }
 
 static void after_fork_parent(void) {
+    vgpu_host_pid_after_fork(false);
     vgpu_table_after_fork(false);
     vgpu_cache_after_fork_parent();
     pthread_mutex_unlock(&attach_mu);
@@ -41,6 +43,7 @@ static void after_fork_parent(void) {
 
 /* The child is a new process: it takes its own slot at its first driver call. */
 static void after_fork_child(void) {
+    vgpu_host_pid_after_fork(true);
     vgpu_table_after_fork(true);
     vgpu_cache_after_fork_child();
     vgpu_throttle_forget_after_fork();

@@ -23,7 +23,7 @@
 
 #include "shared_cache.h"
 
-enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256, MAX_PROCS_LISTED = 256 };
+enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256 };
 /* Tokens, allowances and the launched count are in 1/256 of a thread block, so an allowance can sit
  * between whole blocks: two and a half single-block kernels per tick average out as such, where whole
  * blocks would round them to two or three (-20 % or +20 % of a 10 % limit). */
@@ -47,7 +47,6 @@ static struct bucket buckets[VGPU_MAX_DEVICES];
 static atomic_bool launch_seen;
 static atomic_bool sampler_started;
 static bool nvml_ready;
-static int32_t host_pid; /* sampler thread only */
 static unsigned long long last_sample_us[VGPU_MAX_DEVICES];
 static uint64_t last_tick_ns[VGPU_MAX_DEVICES]; /* sampler thread only */
 
@@ -137,6 +136,8 @@ CUresult vgpu_launch_slow(uint64_t blocks) {
     }
     ensure_sampler();
     g = atomic_load(&vgpu_launch_gate);
+    /* The slow path takes every first launch (TICK is set from attach until one clears it). */
+    vgpu_host_pid_look_once(VGPU_LOOK_AT_LAUNCH);
     if (g & VGPU_GATE_TICK) {
         atomic_store(&launch_seen, true);
         atomic_fetch_and(&vgpu_launch_gate, ~(unsigned)VGPU_GATE_TICK);
@@ -163,29 +164,6 @@ static nvmlDevice_t nvml_device(int cuda_dev) {
 
 static void setup_nvml(void) { nvml_ready = HAVE_REAL(nvmlInit_v2) && REAL(nvmlInit_v2)() == NVML_SUCCESS; }
 
-/* Our host PID is our PID when NVML lists it (no PID namespace, or the stub). In a PID namespace it
- * stays unknown and the limiter falls back to device-wide utilisation, which over-throttles but
- * never under-throttles. Also refreshes monitorused for the monitor. */
-static void find_host_pid(struct vgpu_slot *me) {
-    static nvmlProcessInfo_v1_t infos[MAX_PROCS_LISTED];
-    for (int d = 0; d < devices(); d++) {
-        nvmlDevice_t h = nvml_device(d);
-        unsigned count = MAX_PROCS_LISTED;
-        if (!h || !HAVE_REAL(nvmlDeviceGetComputeRunningProcesses) ||
-            REAL(nvmlDeviceGetComputeRunningProcesses)(h, &count, infos) != NVML_SUCCESS)
-            continue;
-        for (unsigned i = 0; i < count && i < MAX_PROCS_LISTED; i++) {
-            if (infos[i].pid == (unsigned)getpid())
-                host_pid = (int32_t)infos[i].pid;
-            if (host_pid && infos[i].pid == (unsigned)host_pid &&
-                infos[i].usedGpuMemory != VGPU_NVML_MEMORY_NOT_AVAILABLE) /* unknown: left as it was */
-                VGPU_STORE(&me->monitorused[d], infos[i].usedGpuMemory);
-        }
-    }
-    if (host_pid)
-        VGPU_STORE(&me->hostpid, host_pid);
-}
-
 static bool in_container(unsigned pid) {
     int32_t n = VGPU_LOAD(&vgpu_region->proc_num);
     for (int32_t i = 0; i < n; i++)
@@ -195,12 +173,14 @@ static bool in_container(unsigned pid) {
     return false;
 }
 
-/* Container utilisation of device d in percent, or -1 when there is no fresh sample. */
+/* Container utilisation of device d in percent, or -1 when there is no fresh sample. While our host PID
+ * is unknown (hostpid.c) it is the device's utilisation, which over-throttles but never under-throttles. */
 static int container_util(int d, struct vgpu_slot *me) {
     static nvmlProcessUtilizationSample_t samples[MAX_SAMPLES];
     nvmlDevice_t h = nvml_device(d);
     if (!h)
         return -1;
+    int32_t host_pid = vgpu_host_pid();
     if (!host_pid) {
         nvmlUtilization_t u;
         if (!HAVE_REAL(nvmlDeviceGetUtilizationRates) || REAL(nvmlDeviceGetUtilizationRates)(h, &u) != NVML_SUCCESS)
@@ -291,8 +271,8 @@ static bool tick(void) {
     struct vgpu_slot *me = atomic_load(&vgpu_my_slot);
     if (!me)
         return false;
-    if (!host_pid)
-        find_host_pid(me);
+    if (!vgpu_host_pid())
+        vgpu_host_pid_look();
     report_launches();
     atomic_fetch_or(&vgpu_launch_gate, VGPU_GATE_TICK);
     refresh_gate();
@@ -316,11 +296,10 @@ static bool tick(void) {
 static void *sampler_main(void *arg) {
     (void)arg;
     setup_nvml();
-    /* HAMi's monitor maps processes by hostpid from the start, not from the first launch. Where the
-     * driver lists a process only once it has a context, the ticks below keep looking. */
-    struct vgpu_slot *me = atomic_load(&vgpu_my_slot);
-    if (me)
-        find_host_pid(me);
+    /* cuInit, the first context and the first launch look for the host PID (hostpid.c); this look is for
+     * a process attached by another hooked call, and the ticks keep looking while it is unknown. */
+    if (!vgpu_host_pid())
+        vgpu_host_pid_look();
     bool throttled = true;
     for (;;) {
         sleep_ms(throttled ? TICK_THROTTLED_MS : TICK_IDLE_MS);
@@ -366,8 +345,8 @@ void vgpu_throttle_start(void) {
 }
 
 /* Called once per process right after attaching (cuInit, or the first hooked call), as HAMi-core starts
- * its watcher there: the sampler publishes hostpid from the start. The thread is created here and
- * does its NVML work itself, so the init path pays for pthread_create only. */
+ * its watcher there. The thread is created here and does its NVML work itself, so the attach path pays
+ * for pthread_create only (cuInit also looks for the host PID once, hostpid.c). */
 void vgpu_throttle_attached(void) { ensure_sampler(); }
 
 static void ensure_sampler(void) {
@@ -384,8 +363,7 @@ static void ensure_sampler(void) {
 
 /* Fork child: the sampler thread did not survive; it is restarted at the child's attach. */
 void vgpu_throttle_forget_after_fork(void) {
-    atomic_store(&sampler_started, false);
-    host_pid = 0;
+    atomic_store(&sampler_started, false); /* the host PID is forgotten by hostpid.c's own handler */
     memset(last_tick_ns, 0, sizeof last_tick_ns);
     atomic_store(&vgpu_launch_gate, VGPU_GATE_UNREADY);
 }

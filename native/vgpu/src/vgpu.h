@@ -113,6 +113,15 @@ void vgpu_table_after_fork(bool child);
 int vgpu_nvml_index(int cuda_dev);      /* -1 when not visible */
 int vgpu_cuda_ordinal(unsigned nvml_index);
 
+/* ---- hostpid.c ---- */
+enum { VGPU_LOOK_AT_INIT = 1u, VGPU_LOOK_AT_LAUNCH = 2u }; /* the one-shot looks for the host PID */
+int32_t vgpu_host_pid(void);              /* the PID NVML lists this process under; 0 until known */
+void vgpu_host_pid_found(int32_t pid);    /* records it (the first finding stands) in the slot too */
+void vgpu_host_pid_look(void);            /* one NVML listing: our own PID in it is ours */
+void vgpu_host_pid_look_once(unsigned stage); /* the listing, once per stage and process, if unknown */
+void vgpu_host_pid_before_fork(void);
+void vgpu_host_pid_after_fork(bool child);
+
 /* ---- throttle.c ---- */
 enum {
     VGPU_GATE_UNREADY = 1u,  /* process not attached yet */
