@@ -308,8 +308,16 @@ def admission_review(namespace: str) -> Obj:
 
 
 async def test_webhook_serves_the_apiserver_as_registered(
-    start: Starter, dev: Rendering, dev_passwords: dict[str, str], nats_url: str, nats_tls: Path
+    start: Starter,
+    dev: Rendering,
+    dev_passwords: dict[str, str],
+    nats_url: str,
+    nats_tls: Path,
+    emulator: KubeApiEmulator,
 ) -> None:
+    async with httpx.AsyncClient() as client:  # the webhook announces reviews of namespaces that exist only
+        made = await client.post(f"{emulator.url}/api/v1/namespaces", json={"metadata": {"name": "team-a"}})
+    assert made.status_code == 201, made.text
     port = free_port()
     service, _ = start("hami-webhook", "webhook", HAMI_HOST="127.0.0.1", HAMI_PORT=str(port))
     (hook,) = dev.get("MutatingWebhookConfiguration", "hami-webhook")["webhooks"]
