@@ -205,8 +205,11 @@ class ServedWebhook:
 
 
 @contextmanager
-def served(settings: WebhookSettings, cert_file: Path) -> Iterator[ServedWebhook]:
-    """The real app, served by uvicorn over TLS on a free loopback port in a thread of its own."""
+def served(
+    settings: WebhookSettings, cert_file: Path, client_cert: tuple[Path, Path] | None = None
+) -> Iterator[ServedWebhook]:
+    """The real app, served by uvicorn over TLS on a free loopback port in a thread of its own; the client
+    presents ``client_cert`` (certificate, key) when given (a webhook with a client CA requires one)."""
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when the proto says TCP
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -231,8 +234,11 @@ def served(settings: WebhookSettings, cert_file: Path) -> Iterator[ServedWebhook
     url = f"https://127.0.0.1:{port}"
     try:
         # TCP_NODELAY: without it a request sent in two writes waits for the server's delayed ACK
+        verify = ssl.create_default_context(cafile=str(cert_file))
+        if client_cert is not None:
+            verify.load_cert_chain(str(client_cert[0]), str(client_cert[1]))
         transport = httpx.HTTPTransport(
-            verify=ssl.create_default_context(cafile=str(cert_file)),
+            verify=verify,
             socket_options=[(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)],
         )
         with httpx.Client(transport=transport, timeout=30.0) as client:

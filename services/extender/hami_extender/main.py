@@ -12,7 +12,6 @@ from typing import Any, Final
 import uvicorn
 
 from hami_common import service
-from hami_common.errors import InvalidInput
 from hami_extender import paths
 from hami_extender.app import create_app
 from hami_extender.settings import ExtenderSettings
@@ -48,14 +47,13 @@ async def _answer_probe(reader: asyncio.StreamReader, writer: asyncio.StreamWrit
 def _uvicorn_tls(settings: ExtenderSettings) -> dict[str, Any]:
     """uvicorn's TLS options: HTTPS with a certificate and key; mutual TLS with a client CA as well."""
     tls = bool(settings.tls_cert_file and settings.tls_key_file)
-    if settings.tls_client_ca_file and not tls:
-        raise InvalidInput("--tls-client-ca-file needs --tls-cert-file and --tls-key-file: mutual TLS is TLS")
+    client_ca = settings.client_ca(serving_tls=tls)  # hami_common.mtls, as the webhook's
     if not tls:
         return {}
     options: dict[str, Any] = {"ssl_certfile": settings.tls_cert_file, "ssl_keyfile": settings.tls_key_file}
-    if settings.tls_client_ca_file:
+    if client_ca:
         # refused in the handshake: a caller without a certificate of this CA never reaches /bind (HAMi#3030)
-        options.update(ssl_ca_certs=settings.tls_client_ca_file, ssl_cert_reqs=ssl.CERT_REQUIRED)
+        options.update(ssl_ca_certs=client_ca, ssl_cert_reqs=ssl.CERT_REQUIRED)
     return options
 
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from hami_common.deviceconfig import DeviceConfigSettings, overridden
 from hami_common.grants import GrantSettings
 from hami_common.kube import KubeSettings
+from hami_common.mtls import ClientCaSettings
 from hami_common.resources import ResourceConfig
 from hami_common.scheduling import DEFAULT_SCHEDULER_NAME, SchedulerDefaults
 from hami_common.settings import BusSettings, setting
@@ -16,16 +17,13 @@ __all__ = ["ExtenderSettings"]
 
 
 @dataclass(frozen=True, slots=True)
-class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings):
+class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings, ClientCaSettings):
     """HAMi-compatible kube-scheduler extender: /filter, /bind, /prioritize."""
 
     http_host: str = setting("127.0.0.1", "address the HTTP API listens on")
     http_port: int = setting(8080, "port of the HTTP API")
     tls_cert_file: str = setting("", "PEM certificate; with a key, the API is served over HTTPS")
     tls_key_file: str = setting("", "PEM private key of the certificate")
-    tls_client_ca_file: str = setting(
-        "", "PEM CA bundle; with it, every client must present a certificate it signed (mutual TLS)"
-    )
     health_port: int = setting(0, "plain-HTTP port answering GET /healthz only, for the kubelet's probes (0: none)")
     health_host: str = setting("", "address of the probe port (empty: every address)")
     bearer_token: str = setting("", "if set, requests must carry 'Authorization: Bearer <token>'")

@@ -17,6 +17,7 @@ from pathlib import Path
 import uvicorn
 from fastapi import FastAPI
 
+from hami_common.mtls import require_client_certificates
 from hami_webhook.connections import GuardedConfig
 from hami_webhook.settings import WebhookSettings
 from hami_webhook.tls import ReloadingCertificate
@@ -53,9 +54,13 @@ def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, Re
     )
     config.load()
     cert = None
+    client_ca = settings.client_ca(serving_tls=bool(settings.tls_cert_file))
     if settings.tls_cert_file:
         key = Path(settings.tls_key_file) if settings.tls_key_file else None
         cert = ReloadingCertificate(Path(settings.tls_cert_file), key)
+        if client_ca:
+            # only kube-apiserver's client certificate passes the handshake (issue 28 item 9; docs/deploy.md)
+            require_client_certificates(cert.context, client_ca)
         config.tls = cert.context  # each connection's handshake is the guard's (hami_webhook.connections)
     return config, cert
 

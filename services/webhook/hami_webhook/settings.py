@@ -7,6 +7,7 @@ from typing import Final
 
 from hami_common.deviceconfig import DeviceConfigSettings, overridden
 from hami_common.kube import KubeSettings
+from hami_common.mtls import ClientCaSettings
 from hami_common.settings import BusSettings, setting
 from hami_webhook.admission import AdmissionPolicy
 from hami_webhook.connections import ConnectionLimits
@@ -24,7 +25,7 @@ MAX_BODY_BYTES: Final = 7 * 1024 * 1024  # controller-runtime's limit, which HAM
 
 
 @dataclass(frozen=True, slots=True)
-class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings):
+class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings, ClientCaSettings):
     """The mutating admission webhook: HAMi's rules, quota pre-check, reserved-annotation guard."""
 
     host: str = setting("0.0.0.0", "address to listen on")
