@@ -1,10 +1,12 @@
-"""Bounded connections: what keeps idle or half-sent requests from exhausting the webhook (issue 16 item 8).
+"""Bounded connections: what keeps idle, half-sent or half-open connections from exhausting an HTTP listener.
 
-uvicorn alone keeps a connection open for as long as its client sends nothing, or sends a request a byte at
-a time: it arms its keep-alive timer only after a first answer, and it caps nothing but the number of
-requests in flight (``limit_concurrency``, which answers 503 to everyone once idle connections fill it).
-8,000 half-sent TLS requests held 724 MB, past the pod's memory limit, and with ``failurePolicy: Fail`` that
-blocks every GPU pod. :class:`GuardedProtocol` adds, per connection:
+Written for the webhook (issue 16 item 8, issue 28 item 4) and shared by every uvicorn listener a network
+neighbour can reach (the extender's probe port too). uvicorn alone keeps a connection open for as long as its
+client sends nothing, or sends a request a byte at a time: it arms its keep-alive timer only after a first
+answer, and it caps nothing but the number of requests in flight (``limit_concurrency``, which answers 503 to
+everyone once idle connections fill it). 8,000 half-sent TLS requests held 724 MB of the webhook, past the
+pod's memory limit, and with ``failurePolicy: Fail`` that blocks every GPU pod. :class:`GuardedProtocol`
+adds, per connection:
 
 * a handshake deadline: the TLS handshake is this protocol's own (``start_tls`` on the accepted socket, not
   uvicorn's listener), so a connection counts against the cap from the moment it is accepted and must finish
@@ -21,9 +23,12 @@ blocks every GPU pod. :class:`GuardedProtocol` adds, per connection:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import ssl
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, cast
 
@@ -31,7 +36,14 @@ import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
-__all__ = ["ConnectionGuard", "ConnectionLimits", "GuardedConfig", "GuardedProtocol"]
+__all__ = [
+    "HEADERS_TOO_LARGE",
+    "ConnectionGuard",
+    "ConnectionLimits",
+    "GuardedConfig",
+    "GuardedProtocol",
+    "GuardedServer",
+]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +70,7 @@ class ConnectionGuard:
     """The server-wide side: live connections, the ones that may be evicted (oldest first), counters."""
 
     limits: ConnectionLimits
+    name: str = "http"  # the listener, in log lines ("webhook", "extender probe")
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(("refused", "evicted", "timed_out", "oversized", "handshake_failed"), 0)
     )
@@ -107,7 +120,8 @@ class ConnectionGuard:
         if now - self._warned_at >= _WARN_EVERY_S:
             self._warned_at = now
             log.warning(
-                "closing abusive webhook connections (so far: %s; %d open, at most %d)",
+                "closing abusive %s connections (so far: %s; %d open, at most %d)",
+                self.name,
                 ", ".join(f"{k} {v}" for k, v in self.counts.items()),
                 len(self._live),
                 self.limits.max_connections,
@@ -116,9 +130,18 @@ class ConnectionGuard:
 
 class GuardedConfig(uvicorn.Config):
     """uvicorn's Config serving :class:`GuardedProtocol` under ``limits``; ``tls``: the context each accepted
-    connection's handshake uses (uvicorn's own ``ssl`` stays unset: the listener hands over plain sockets)."""
+    connection's handshake uses (uvicorn's own ``ssl`` stays unset: the listener hands over plain sockets);
+    ``name``: the listener, in log lines."""
 
-    def __init__(self, app: Any, *, limits: ConnectionLimits, tls: ssl.SSLContext | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        app: Any,
+        *,
+        limits: ConnectionLimits,
+        tls: ssl.SSLContext | None = None,
+        name: str = "http",
+        **kwargs: Any,
+    ) -> None:
         # limit_concurrency stays unset: it counts idle connections too and would answer 503 to the apiserver
         # once idle clients filled it; the guard's cap evicts those instead.
         super().__init__(
@@ -128,8 +151,26 @@ class GuardedConfig(uvicorn.Config):
             h11_max_incomplete_event_size=limits.max_header_bytes,
             **kwargs,
         )
-        self.guard = ConnectionGuard(limits)
+        self.guard = ConnectionGuard(limits, name)
         self.tls = tls
+
+
+class GuardedServer(uvicorn.Server):
+    """uvicorn's Server for a :class:`GuardedConfig`, without its signal handlers (:mod:`hami_common.service`
+    owns the signals; the caller sets ``should_exit``). At shutdown it drops the connections still in their
+    TLS handshake, which uvicorn never saw and would not close."""
+
+    def __init__(self, config: GuardedConfig) -> None:
+        super().__init__(config)
+        self.guard = config.guard
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.guard.drop_all("shutting down")
+        await super().shutdown(sockets)
 
 
 class GuardedProtocol(HttpToolsProtocol):
@@ -222,7 +263,7 @@ class GuardedProtocol(HttpToolsProtocol):
             self._guard.forget(self)
             self._admitted = False
             self._guard.count("handshake_failed")
-            log.debug("webhook TLS handshake failed: %s", err)
+            log.debug("%s TLS handshake failed: %s", self._guard.name, err)
         raw.abort()
 
     def _begin_http(self, transport: asyncio.Transport) -> None:
@@ -312,9 +353,9 @@ class GuardedProtocol(HttpToolsProtocol):
             raw, self._raw = self._raw, None
             self._guard.forget(self)
             self._admitted = False  # counted here (evicted, timed out), not again as a failed handshake
-            log.debug("dropping a webhook connection in its TLS handshake: %s", why)
+            log.debug("dropping a %s connection in its TLS handshake: %s", self._guard.name, why)
             raw.abort()
             return
         if self.transport is not None and not self.transport.is_closing():
-            log.debug("dropping webhook connection from %s: %s", self.client, why)
+            log.debug("dropping %s connection from %s: %s", self._guard.name, self.client, why)
             self.transport.abort()

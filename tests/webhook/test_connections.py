@@ -22,9 +22,9 @@ from typing import Final
 import httpx
 import pytest
 
+from hami_common.connections import HEADERS_TOO_LARGE
 from hami_common.resources import GPU
 from hami_sim.waiting import eventually_sync
-from hami_webhook.connections import HEADERS_TOO_LARGE
 from tests.webhook.conftest import TlsFiles
 from tests.webhook.support import ServedWebhook, container, pod, response_of, review
 

@@ -1,6 +1,6 @@
 """Serving the app with uvicorn over TLS, the certificate reloaded when its files change.
 
-Connections are bounded by :mod:`hami_webhook.connections` (read deadline, header budget, a cap).
+Connections are bounded by :mod:`hami_common.connections` (read deadline, header budget, a cap).
 uvicorn builds its own SSL context from file names once; the webhook instead hands it the
 :class:`~hami_webhook.tls.ReloadingCertificate`'s context, which a watcher task refreshes. Signals belong
 to :mod:`hami_common.service`, which sets ``stop``; uvicorn's own signal capture is switched off.
@@ -9,40 +9,29 @@ to :mod:`hami_common.service`, which sets ``stop``; uvicorn's own signal capture
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import socket
-from collections.abc import Iterator
 from pathlib import Path
 
-import uvicorn
 from fastapi import FastAPI
 
+from hami_common.connections import GuardedConfig, GuardedServer
 from hami_common.mtls import require_client_certificates
-from hami_webhook.connections import GuardedConfig
 from hami_webhook.settings import WebhookSettings
 from hami_webhook.tls import ReloadingCertificate
 
 __all__ = ["WebhookServer", "serve"]
 
 
-class WebhookServer(uvicorn.Server):
-    """uvicorn without its signal handlers: the service's ``stop`` event ends it."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
-        # connections still in their TLS handshake are ours alone (uvicorn never saw them): drop them first
-        if isinstance(self.config, GuardedConfig):
-            self.config.guard.drop_all("shutting down")
-        await super().shutdown(sockets)
+class WebhookServer(GuardedServer):
+    """uvicorn without its signal handlers: the service's ``stop`` event ends it; at shutdown the connections
+    still in their TLS handshake are dropped first (uvicorn never saw them)."""
 
 
-def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, ReloadingCertificate | None]:
+def _config(app: FastAPI, settings: WebhookSettings) -> tuple[GuardedConfig, ReloadingCertificate | None]:
     config = GuardedConfig(
         app,
         limits=settings.connection_limits(),
+        name="webhook",
         host=settings.host,
         port=settings.port,
         log_config=None,
@@ -61,7 +50,7 @@ def _config(app: FastAPI, settings: WebhookSettings) -> tuple[uvicorn.Config, Re
         if client_ca:
             # only kube-apiserver's client certificate passes the handshake (issue 28 item 9; docs/deploy.md)
             require_client_certificates(cert.context, client_ca)
-        config.tls = cert.context  # each connection's handshake is the guard's (hami_webhook.connections)
+        config.tls = cert.context  # each connection's handshake is the guard's (hami_common.connections)
     return config, cert
 
 

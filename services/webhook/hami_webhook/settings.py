@@ -5,12 +5,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
+from hami_common.connections import ConnectionLimits
 from hami_common.deviceconfig import DeviceConfigSettings, overridden
 from hami_common.kube import KubeSettings
 from hami_common.mtls import ClientCaSettings
 from hami_common.settings import BusSettings, setting
 from hami_webhook.admission import AdmissionPolicy
-from hami_webhook.connections import ConnectionLimits
 
 __all__ = ["DEFAULT_SYSTEM_USERS", "WebhookSettings"]
 
