@@ -10,8 +10,10 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 import uvicorn
+from starlette.types import Receive, Scope, Send
 
 from hami_common import service
+from hami_common.connections import ConnectionLimits, GuardedConfig, GuardedServer
 from hami_extender import paths
 from hami_extender.app import create_app
 from hami_extender.settings import ExtenderSettings
@@ -19,29 +21,45 @@ from hami_extender.settings import ExtenderSettings
 __all__ = ["main", "serve"]
 
 SWITCH_INTERVAL_S: Final = 0.0005
-_PROBE_READ_S: Final = 5.0  # a probe connection that sends no request within this long is closed
-_PROBE_OK: Final = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
-_PROBE_NOT_FOUND: Final = b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+_PROBE_HEADERS: Final = [(b"content-length", b"0"), (b"connection", b"close")]
+_PROBE_HEAD_BYTES: Final = 8 * 1024  # a probe's request head is a few hundred bytes
 
 log = logging.getLogger(__name__)
 
 
-async def _answer_probe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """One kubelet probe: ``GET /healthz`` gets 200 (the event loop answers, as the API's /healthz says),
-    anything else 404. Nothing else is served here, so this port may listen where the API must not."""
-    try:
-        async with asyncio.timeout(_PROBE_READ_S):
-            request = await reader.readline()
-            while (await reader.readline()).strip():
-                pass  # the headers: nothing in them matters
-        method, _, rest = request.partition(b" ")
-        path = rest.split(b" ", 1)[0].split(b"?", 1)[0]
-        writer.write(_PROBE_OK if (method, path) == (b"GET", paths.HEALTHZ.encode()) else _PROBE_NOT_FOUND)
-        await writer.drain()
-    except (TimeoutError, OSError, ValueError):
-        pass  # a probe that went away or sent a line beyond the reader's limit: nothing to answer
-    finally:
-        writer.close()
+async def _answer_probe(scope: Scope, receive: Receive, send: Send) -> None:
+    """The probe port's whole app: ``GET /healthz`` gets 200 (the event loop answers, as the API's /healthz
+    says), anything else 404. Nothing else is served here, so this port may listen where the API must not."""
+    if scope["type"] != "http":
+        return
+    found = (scope["method"], scope["path"]) == ("GET", paths.HEALTHZ)
+    await send({"type": "http.response.start", "status": 200 if found else 404, "headers": _PROBE_HEADERS})
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _probe_server(settings: ExtenderSettings) -> GuardedServer:
+    """The kubelet's plain port, under the webhook's connection guard (issue 28 item 4): it listens on the
+    pod's address, where any neighbour can open connections and never finish a request."""
+    limits = ConnectionLimits(
+        max_connections=settings.health_max_connections,
+        read_timeout=settings.health_read_timeout,
+        keep_alive_timeout=1.0,  # every answer says Connection: close
+        max_header_bytes=_PROBE_HEAD_BYTES,
+    )
+    config = GuardedConfig(
+        _answer_probe,
+        limits=limits,
+        name="extender probe",
+        host=settings.health_host,  # empty: every address
+        port=settings.health_port,
+        log_config=None,
+        access_log=False,
+        lifespan="off",
+        proxy_headers=False,
+        server_header=False,
+        date_header=False,
+    )
+    return GuardedServer(config)
 
 
 def _uvicorn_tls(settings: ExtenderSettings) -> dict[str, Any]:
@@ -72,19 +90,18 @@ async def serve(settings: ExtenderSettings, stop: asyncio.Event) -> None:
         **_uvicorn_tls(settings),
     )
     server = uvicorn.Server(config)
-    probes: asyncio.Server | None = None
-    if settings.health_port:
-        probes = await asyncio.start_server(_answer_probe, host=settings.health_host or None, port=settings.health_port)
-        log.info("kubelet probes answered on port %d", settings.health_port)
+    probes = _probe_server(settings) if settings.health_port else None
     async with asyncio.TaskGroup() as tg:
-        serving = tg.create_task(server.serve(), name="http")
+        serving = {tg.create_task(server.serve(), name="http")}
+        if probes is not None:
+            serving.add(tg.create_task(probes.serve(), name="probes"))
+            log.info("kubelet probes answered on port %d", settings.health_port)
         stopping = tg.create_task(stop.wait(), name="stop")
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({*serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
         server.should_exit = True
+        if probes is not None:
+            probes.should_exit = True
         stopping.cancel()
-    if probes is not None:
-        probes.close()
-        await probes.wait_closed()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

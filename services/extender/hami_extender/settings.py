@@ -26,6 +26,10 @@ class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings, ClientC
     tls_key_file: str = setting("", "PEM private key of the certificate")
     health_port: int = setting(0, "plain-HTTP port answering GET /healthz only, for the kubelet's probes (0: none)")
     health_host: str = setting("", "address of the probe port (empty: every address)")
+    health_max_connections: int = setting(
+        64, "open probe-port connections at most; at the cap the oldest one not being answered is dropped"
+    )
+    health_read_timeout: float = setting(5.0, "seconds a probe-port connection has to deliver a whole request")
     bearer_token: str = setting("", "if set, requests must carry 'Authorization: Bearer <token>'")
     kubeconfig: str = setting("", "kubeconfig path; empty: in-cluster config, else $KUBECONFIG")
     kube_context: str = setting("", "kubeconfig context (empty: the current one)")
