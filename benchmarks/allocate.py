@@ -191,7 +191,13 @@ async def _start_lister(socket: Path, listing: Path, stack: contextlib.AsyncExit
         await proc.wait()
 
     stack.push_async_callback(stop)
-    await eventually(socket.exists, what="the PodResources lister serving")
+
+    def serving() -> bool:
+        if proc.returncode is not None:
+            raise RuntimeError(f"the PodResources lister exited {proc.returncode} before serving")
+        return socket.exists()
+
+    await eventually(serving, timeout=60, what="the PodResources lister serving")
     lister = PodResourcesClient(str(socket))
     stack.push_async_callback(lister.close)
     return lister
@@ -260,8 +266,12 @@ class _KubeletSide:
     async def allocate(self, socket: Path, device_id: str) -> tuple[float, str]:
         assert self.proc.stdin is not None
         assert self.proc.stdout is not None
-        self.proc.stdin.write(f"{socket} {device_id}\n".encode())
-        await self.proc.stdin.drain()
+        try:
+            self.proc.stdin.write(f"{socket} {device_id}\n".encode())
+            await self.proc.stdin.drain()
+        except (RuntimeError, ConnectionError) as err:
+            code = await asyncio.wait_for(self.proc.wait(), 5)
+            raise RuntimeError(f"the kubelet side is gone (exit {code}): {err}") from None
         line = (await self.proc.stdout.readline()).decode().split()
         if len(line) != 2:
             raise RuntimeError(f"the kubelet side failed: {line}")
@@ -370,6 +380,13 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
         core = client.CoreV1Api(api_client)
         await asyncio.to_thread(_populate, core, node_pods, cluster_pods)
         async with contextlib.AsyncExitStack() as stack:
+            # The two children first, while this process runs no gRPC thread yet: forked beside gRPC's
+            # threads, a child could crash between fork and exec (seen as exit -11 now and then).
+            kubelet_side = await _KubeletSide.start()
+            stack.push_async_callback(kubelet_side.close)
+            listing = work / "listing.json"
+            # not in sockdir: the kubelet emulator started below owns that folder
+            lister = await _start_lister(work / "pod-resources.sock", listing, stack)
             kube = await stack.enter_async_context(
                 KubeClient.from_settings(KubeSettings(kubeconfig=str(kubeconfig), kube_timeout=10.0))
             )
@@ -392,11 +409,7 @@ async def _bench(rounds: int, work: Path, node_pods: int, cluster_pods: int) -> 
             await kubelet.wait_devices(GPU, len(GPUS) * SPLIT)
             floor_socket = sockdir / "canned.sock"
             await _serve_canned(floor_socket, alloc, stack)
-            kubelet_side = await _KubeletSide.start()
-            stack.push_async_callback(kubelet_side.close)
-            listing = work / "listing.json"
             others = _node_listing(node_pods)
-            lister = await _start_lister(sockdir / "pod-resources.sock", listing, stack)
             for i in range(rounds + WARMUP):  # the first rounds warm every path up, untimed
                 for staged in (True, False):
                     seen, plugin_ms = await _round(

@@ -8,7 +8,7 @@ no cap). The flood holds ``--connections`` connections open from this process, a
 stopped in a request's headers, a third a truncated TLS ClientHello; meanwhile the child's RSS is sampled,
 and a kubelet's GET /healthz is timed once the flood is open.
 
-    python benchmarks/half_open_flood.py [--connections 10000] [--baseline 97b2a68]
+    python benchmarks/half_open_flood.py [--quick] [--connections 10000] [--baseline 97b2a68]
 
 The last line is JSON: per variant, the child's RSS before the flood, its peak and after (MiB), the
 connections the server held once the flood was open, the seconds until it held none, and the kubelet's
@@ -222,10 +222,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--connections", type=int, default=10_000)
     parser.add_argument("--baseline", default="97b2a68", help="revision whose probe port is compared ('': none)")
+    parser.add_argument("--quick", action="store_true", help="1,000 connections, no baseline (a smoke run)")
     parser.add_argument("--serve", help=argparse.SUPPRESS)  # the child
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--source", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.connections, args.baseline = 1_000, ""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     wanted = args.connections + 1024  # per process: the flood holds one end of each, the server the other
     if hard != resource.RLIM_INFINITY and hard < wanted:
