@@ -265,12 +265,18 @@ class ControlPlane:
     # --- requests as the admin -----------------------------------------------------------------------------
 
     def _exchange(
-        self, method: str, path: str, body: Json | None, content_type: str = "application/json", token: str = ""
+        self,
+        method: str,
+        path: str,
+        body: Json | None,
+        content_type: str = "application/json",
+        token: str = "",
+        accept: str = "application/json",
     ) -> tuple[int, bytes]:
         context = self._ssl if not token else ssl.create_default_context(cafile=str(self.ca.cert_file))
         conn = http.client.HTTPSConnection("127.0.0.1", self.port, context=context, timeout=30)
         try:
-            headers = {"Accept": "application/json"}
+            headers = {"Accept": accept}
             if token:
                 headers["Authorization"] = f"Bearer {token}"
             payload = None
@@ -295,6 +301,13 @@ class ControlPlane:
             raise ApiError(status, data.decode(errors="replace"))
         decoded: Json = json.loads(data) if data else {}
         return decoded
+
+    def metrics_text(self) -> str:
+        """kube-apiserver's own ``/metrics`` (Prometheus text), read as the admin: what it counted itself."""
+        status, data = self._exchange("GET", "/metrics", None, accept="text/plain")
+        if status != 200:
+            raise ApiError(status, data.decode(errors="replace"))
+        return data.decode()
 
     def create(self, group: str, version: str, plural: str, namespace: str | None, body: Json) -> Json:
         """Create ``body`` as the admin (seeding a cluster); returns the stored object."""
