@@ -39,6 +39,6 @@ def test_the_component_turns_the_flag_on_and_sends_every_pod_to_the_webhook(
     assert {k: v for k, v in after.items() if k != "matchConditions"} == {
         k: v for k, v in before.items() if k != "matchConditions"
     }
-    assert [c["name"] for c in after["matchConditions"]] == ["not-kube-system"]
+    assert [c["name"] for c in after["matchConditions"]] == ["not-kube-system", "not-an-update-by-hami"]
     kinds = ("Deployment", "MutatingWebhookConfiguration")
     assert [o for o in turned.objects if o["kind"] not in kinds] == [o for o in plain.objects if o["kind"] not in kinds]
