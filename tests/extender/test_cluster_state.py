@@ -6,6 +6,8 @@ import dataclasses
 import json
 from typing import Any
 
+import pytest
+
 from hami_common.annotations import DEVICE_CORDON, NODE_REGISTER, VGPU_NODE, encode_node_devices
 from hami_common.kube import KubeClient
 from hami_extender.settings import ExtenderSettings
@@ -53,18 +55,28 @@ async def test_namespace_quota_refuses_cards_beyond_the_limit(emulator: KubeApiE
     assert refused["FailedNodes"] == {"node1": "2/2 ResourceQuotaNotFit"}
 
 
-async def test_filtering_records_hamis_events(emulator: KubeApiEmulator, extender: Served) -> None:
+def _reasons(emulator: KubeApiEmulator) -> set[tuple[str, str]]:
+    everything = parse_label_selector(""), parse_field_selector("", lambda _: True)
+    items, _ = emulator.store.list_matching(EVENTS, "default", *everything)
+    return {(e["reason"], e["involvedObject"]["name"]) for e in items}
+
+
+@pytest.mark.parametrize("successes", [True, False], ids=["success events on", "by default"])
+async def test_filtering_records_hamis_events(
+    emulator: KubeApiEmulator, settings: ExtenderSettings, successes: bool
+) -> None:
+    """HAMi's failure Events always; its success Events only when asked for (kube-scheduler's own Scheduled
+    event records every placement, and each success Event is one more apiserver write per pod)."""
     add_node(emulator, "node1")
-    await eventually(lambda: "node1" in extender.state["ledger"])
-    await extender.filter(add_pod(emulator, "fits"), ["node1"])
-    await extender.filter(add_pod(emulator, "huge", containers=[gpu_container(mem=99999)]), ["node1"])
-
-    def reasons() -> set[tuple[str, str]]:
-        everything = parse_label_selector(""), parse_field_selector("", lambda _: True)
-        items, _ = emulator.store.list_matching(EVENTS, "default", *everything)
-        return {(e["reason"], e["involvedObject"]["name"]) for e in items}
-
-    await eventually(lambda: {("FilteringSucceed", "fits"), ("FilteringFailed", "huge")} <= reasons())
+    async with serve(dataclasses.replace(settings, success_events=successes) if successes else settings) as extender:
+        await eventually(lambda: "node1" in extender.state["ledger"])
+        await extender.filter(add_pod(emulator, "fits"), ["node1"])
+        await extender.filter(add_pod(emulator, "huge", containers=[gpu_container(mem=99999)]), ["node1"])
+        await eventually(lambda: ("FilteringFailed", "huge") in _reasons(emulator))
+        if successes:
+            await eventually(lambda: ("FilteringSucceed", "fits") in _reasons(emulator))
+        else:  # events are recorded in order: "fits" was filtered before "huge"
+            assert not any(reason.endswith("Succeed") for reason, _ in _reasons(emulator))
 
 
 async def test_scheduling_goes_on_when_nats_is_down(emulator: KubeApiEmulator, settings: ExtenderSettings) -> None:

@@ -2,15 +2,20 @@
 
 The extender stops at the best node that fits, so it cannot list every node that would fit as HAMi does;
 it counts the nodes it ruled out or fitted without success as "not fit" and those ranked below the chosen
-one as "not tried", so the counts add up to the nodes given, whichever of them kube-scheduler kept."""
+one as "not tried", so the counts add up to the nodes given, whichever of them kube-scheduler kept. The
+Event is recorded when the extender is asked for HAMi's success Events (``--success-events``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Any
 
+import pytest
+
 from hami_common.annotations import NODE_SCHEDULER_POLICY
 from hami_extender.notices import FILTERING_SUCCEED
+from hami_extender.settings import ExtenderSettings
 from hami_sim.kubeapi import KubeApiEmulator, parse_field_selector, parse_label_selector
 from hami_sim.waiting import eventually
 from tests.extender.cluster import EVENTS, add_node, add_pod, cards, gpu_container
@@ -20,6 +25,11 @@ SUCCESS = re.compile(
     r"find fit node\((?P<node>[^)]+)\), (?P<not_fit>\d+) nodes not fit, 1 nodes fit\((?P=node):[0-9.]+\)"
     r"(, (?P<untried>\d+) nodes not tried)?"
 )
+
+
+@pytest.fixture
+def settings(settings: ExtenderSettings) -> ExtenderSettings:
+    return dataclasses.replace(settings, success_events=True)
 
 
 async def success_message(emulator: KubeApiEmulator, pod: str) -> re.Match[str]:

@@ -121,7 +121,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             if families:
                 log.info("device families besides NVIDIA: %s", ", ".join(f.word for f in families.configured))
             ledger = Ledger(mig_allowlist=s.device_config().mig_profile_allowlist, family_words=families.words)
-            notices = NoticeQueue()
+            notices = NoticeQueue(successes=s.success_events)
             publisher = PlacementPublisher(timeout=s.publish_timeout)
             filter_times = FilterTimes()
             binder = Binder(

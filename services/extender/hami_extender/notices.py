@@ -40,6 +40,9 @@ class NoticeQueue:
     """A bounded queue of events; when the apiserver is slow, the oldest pressure is shed, never the request."""
 
     maxsize: int = 1000
+    # HAMi's success Events (FilteringSucceed, BindingSucceed) are two more apiserver writes per pod, and
+    # kube-scheduler already records the placement as its own Scheduled event: off unless asked for.
+    successes: bool = False
     dropped: int = 0
     recorded: int = 0
     _queue: asyncio.Queue[Notice] = field(init=False)
@@ -48,6 +51,8 @@ class NoticeQueue:
         self._queue = asyncio.Queue(self.maxsize)
 
     def emit(self, ref: ObjectReference, type_: EventType, reason: str, message: str) -> None:
+        if type_ == "Normal" and not self.successes:
+            return
         try:
             self._queue.put_nowait(Notice(ref, type_, reason, message))
         except asyncio.QueueFull:

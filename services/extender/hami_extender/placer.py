@@ -282,7 +282,7 @@ class Placer:
                 extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
             )
         )
-        # Success carries "FailedNodes":null, as HAMi's does: the losers are in the FilteringSucceed event.
+        # Success carries "FailedNodes":null, as HAMi's does: the losers are in the FilteringSucceed event (when on).
         return Filtered(FilterResult(node_names=[chosen.node]), time.perf_counter() - started)
 
     def _report_failure(self, ref: ObjectReference, failed: Sequence[NodeFit]) -> None:

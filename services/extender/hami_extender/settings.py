@@ -62,6 +62,11 @@ class ExtenderSettings(BusSettings, GrantSettings, DeviceConfigSettings, ClientC
     node_pass_interval: float = setting(15.0, "seconds between passes that judge node handshakes again (HAMi: 15)")
     publish_timeout: float = setting(2.0, "seconds a placement publish to NATS may take")
     placement_replicas: int = setting(1, "copies of the placement stream a NATS cluster keeps (3 for 3 servers)")
+    success_events: bool = setting(
+        False,
+        "record HAMi's FilteringSucceed and BindingSucceed Events as well (two apiserver writes per pod; "
+        "kube-scheduler's own Scheduled event already records each placement)",
+    )
     role_label: bool = setting(
         False, "label this pod (the identity, in the lease namespace) hami.io/scheduler-role=leader|follower"
     )
