@@ -6,6 +6,8 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hami_allocator.followup import FollowUp, Served, release_node_lock
 from hami_allocator.inventory import DeclaredInventory
 from hami_allocator.service import serve
@@ -20,11 +22,13 @@ from hami_common.annotations import (
     DEVICES_TO_ALLOCATE,
     GRANT_SIGNATURE,
     NODE_LOCK,
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
     ContainerDevice,
     decode_pod_devices,
     encode_pod_devices,
 )
-from hami_common.kube import KubeClient
+from hami_common.kube import AnnotationChanges, KubeClient, Node
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_sim.kubeapi import KubeApiEmulator
@@ -368,3 +372,45 @@ async def test_node_lock_is_released_whatever_the_watch_last_saw_of_the_node(kub
     await kube.patch_node_annotations(NODE, {NODE_LOCK: lock})
     assert not await release_node_lock(kube, NODE, "default", "another", known=await kube.get_node(NODE))
     assert (await kube.get_node(NODE)).metadata.annotations[NODE_LOCK] == lock
+
+
+class _CountedReads:
+    """The real client, with the node reads it made counted."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self.node_reads = 0
+
+    async def get_node(self, name: str) -> Node:
+        self.node_reads += 1
+        return await self.kube.get_node(name)
+
+    async def patch_node_annotations(
+        self, name: str, changes: AnnotationChanges, *, resource_version: str = ""
+    ) -> Node:
+        return await self.kube.patch_node_annotations(name, changes, resource_version=resource_version)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["bus-served node", "HAMi's way"])
+async def test_a_node_marked_as_served_over_the_bus_is_not_read_for_a_lock_nobody_took(
+    kube: KubeClient, core: Any, marked: bool
+) -> None:
+    """On a node whose node agent says placements come over the bus, the scheduler takes no HAMi lock, so
+    the follow-up does not read the node to find one (a GET per allocation); elsewhere it still does."""
+    body = node_body()
+    if marked:
+        body["metadata"]["annotations"][NODE_PLACEMENTS] = NODE_PLACEMENTS_BUS
+    await create(core, body)
+    uid = await create(core, bound_pod_body("p", {"main": [dev(GPUS[0], 1000, 10)]}, bind_time=10))
+    known = await kube.get_node(NODE)
+    nodes = _CountedReads(kube)
+    followup = FollowUp(NODE, pods=kube, nodes=nodes, known_node=lambda: known)
+    worker = asyncio.create_task(followup.run())
+    followup.submit(
+        Served(pod_uid=uid, namespace="default", name="p", container="main", device_uuids=(GPUS[0],), staged=True)
+    )
+    await followup.join()
+    worker.cancel()
+    assert followup.failures == 0
+    assert (await kube.get_pod("default", "p")).metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert nodes.node_reads == (0 if marked else 1)

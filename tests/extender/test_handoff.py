@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 from hami_common import subjects
-from hami_common.annotations import NODE_LOCK, TRACE_CONTEXT
+from hami_common.annotations import NODE_LOCK, NODE_PLACEMENTS, NODE_PLACEMENTS_BUS, TRACE_CONTEXT
 from hami_common.bus import Bus, Delivery
 from hami_common.events import AllocationResult, PlacementDecision
 from hami_common.kube import KubeClient
@@ -234,3 +234,30 @@ async def test_a_pod_without_a_gpu_in_app_containers_binds_without_holding_the_n
     pod = add_pod(emulator, "cpu", containers=[{"name": "c", "image": "busybox"}])
     assert await extender.bind(pod, "anywhere") == {"Error": ""}
     assert emulator.store.get(PODS, "default", "cpu")["spec"]["nodeName"] == "anywhere"
+
+
+async def test_a_node_served_over_the_bus_is_handed_off_without_hamis_lock_annotation(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    """Our node agent marks its node: its allocator takes placements over NATS and asks the kubelet which
+    pod it admits, so nothing there reads HAMi's lock. The bind writes no lock (two Node writes per GPU pod
+    fewer, and no Node update every node watcher receives); the hand-off in memory still orders the binds."""
+    add_node(emulator, "node1", annotations={NODE_PLACEMENTS: NODE_PLACEMENTS_BUS})
+    await eventually(lambda: "node1" in extender.state["ledger"])
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    binder = extender.state["binder"]
+    await eventually(lambda: binder.cached_node("", "node1") is not None)
+    version = emulator.store.get(NODES, None, "node1")["metadata"]["resourceVersion"]
+    first = await placed(emulator, extender, "first", "node1")
+    second = await placed(emulator, extender, "second", "node1")
+    assert await extender.bind(first, "node1") == {"Error": ""}
+    waiting = asyncio.create_task(extender.bind(second, "node1"))
+    done, _ = await asyncio.wait({waiting}, timeout=0.3)
+    assert not done  # the node is handed to "first" until its allocation is seen
+    await bus.publish(subjects.allocated("node1"), allocation(first, "node1"))
+    assert await asyncio.wait_for(waiting, 5) == {"Error": ""}
+    await bus.publish(subjects.allocated("node1"), allocation(second, "node1"))
+    await eventually(lambda: binder.handoff.holder("node1") is None)
+    # the Node was never written: no lock taken, none to remove
+    assert emulator.store.get(NODES, None, "node1")["metadata"]["resourceVersion"] == version
+    assert binder.unlocks_handled == 0

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from opentelemetry.context import Context
 
-from hami_common.annotations import NODE_REGISTER, decode_node_devices
+from hami_common.annotations import NODE_PLACEMENTS, NODE_REGISTER, decode_node_devices
 from hami_common.deviceconfig import parse_device_config
 from hami_common.errors import InvalidInput
 from hami_common.events import NodeInventory
@@ -122,7 +122,7 @@ async def test_an_agent_without_configured_families_writes_no_vendor_annotation(
 ) -> None:
     await _registrar(kube, vendor_inventory, Recorder(), ()).scan(check_node=True)
     annotations = (await kube.get_node(node)).metadata.annotations
-    assert set(annotations) == {NODE_REGISTER}
+    assert set(annotations) == {NODE_REGISTER, NODE_PLACEMENTS}
     assert [d.id for d in decode_node_devices(annotations[NODE_REGISTER])] == [UUID_A]
 
 

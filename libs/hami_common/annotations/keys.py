@@ -9,6 +9,11 @@ NODE_REGISTER: Final = "hami.io/node-nvidia-register"
 NODE_SCORE: Final = "hami.io/node-nvidia-score"
 NODE_HANDSHAKE: Final = "hami.io/node-handshake"  # NVIDIA has no vendor suffix
 NODE_LOCK: Final = "hami.io/mutex.lock"
+# Ours: written by our node agent beside its registration. "bus": the node's allocator takes its placements
+# over NATS and asks the kubelet which pod an Allocate is for, so a bind needs no HAMi node lock there (HAMi's
+# device plugin, which finds its pod through the lock, never writes it).
+NODE_PLACEMENTS: Final = "hami.io/node-placements"
+NODE_PLACEMENTS_BUS: Final = "bus"
 DEVICE_CORDON: Final = "hami.io/device-cordon"
 
 # --- Pod: written by the scheduler and the device plugin (§2.1, §2.5, §2.6) ----------------------

@@ -41,6 +41,8 @@ from hami_common.annotations import (
     DEVICES_TO_ALLOCATE,
     MIG_ALLOCATIONS,
     NODE_LOCK,
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
     MigAllocation,
     decode_mig_allocations,
     decode_node_lock,
@@ -125,6 +127,18 @@ class PodAccess(PodReader, PodPatcher, Protocol):
 
 class ResultPublisher(Protocol):
     async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None: ...
+
+
+def _lock_free_node(node: Node, namespace: str, name: str) -> bool:
+    """A node our node agent marked as served over the bus, whose copy shows no lock of this pod."""
+    annotations = node.metadata.annotations
+    if annotations.get(NODE_PLACEMENTS) != NODE_PLACEMENTS_BUS:
+        return False
+    value = annotations.get(NODE_LOCK)
+    try:
+        return value is None or not decode_node_lock(value).held_by(namespace, name)
+    except AnnotationError:
+        return True
 
 
 async def release_node_lock(
@@ -333,8 +347,11 @@ class FollowUp:
         return True
 
     async def _release(self, served: Served) -> None:
+        known = self.known_node()
+        if known is not None and _lock_free_node(known, served.namespace, served.name):
+            return  # the scheduler binds here without HAMi's lock (our node agent's marker): nothing to read
         if self.nodes is not None and await release_node_lock(
-            self.nodes, self.node, served.namespace, served.name, known=self.known_node()
+            self.nodes, self.node, served.namespace, served.name, known=known
         ):
             log.info(
                 "released the node lock held by %s/%s",

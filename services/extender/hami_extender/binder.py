@@ -31,6 +31,8 @@ from hami_common.annotations import (
     BIND_PHASE_SUCCESS,
     BIND_TIME,
     NODE_LOCK,
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
     TRACE_CONTEXT,
     NodeLock,
     decode_node_lock,
@@ -117,6 +119,11 @@ def placement_of(pod: Pod, booking: Booking, bind_time: datetime, config: Resour
     )
 
 
+def placed_over_bus(node: Node | None) -> bool:
+    """Whether the node's allocator is ours, which takes placements over NATS (its node agent says so)."""
+    return node is not None and node.metadata.annotations.get(NODE_PLACEMENTS) == NODE_PLACEMENTS_BUS
+
+
 @dataclass(eq=False)
 class _CacheFirst:
     """Node access whose first read is the watch cache's copy, which saves a GET per lock and unlock. The
@@ -170,6 +177,7 @@ class Binder:
     unlock_failures: int = 0
     unlocks_handled: int = 0  # ended holds whose lock annotation was removed, found gone, or failed to go
     _releasing: set[tuple[str, str]] = field(default_factory=set)  # holds ended, lock annotation not yet removed
+    _bare: set[str] = field(default_factory=set)  # uids whose hold took no lock annotation (a bus-served node)
     _locks: dict[str, tuple[str, str]] = field(default_factory=dict)  # node -> the pod whose lock we wrote
     _seen: set[str] = field(default_factory=set)  # nodes whose watched copy has shown that lock
 
@@ -303,10 +311,16 @@ class Binder:
                 await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
                 handoff_wait = time.perf_counter_ns() - waited
             cached = self.cached_node("", node)
+            # HAMi's lock only where something reads it: a family sharing it, or a node whose NVIDIA side is
+            # HAMi's device plugin (it finds its pod through the lock). Our allocator gets the placement over
+            # the bus and asks the kubelet which pod it admits; the in-memory hold above still orders binds.
+            annotate = shared or (nvidia and not placed_over_bus(cached))
+            if nvidia and not annotate:
+                self._bare.add(meta.uid)
             taken: dict[str, str] = {}
 
             def lock(n: Node) -> AnnotationChanges:
-                changes = self._lock_changes(n, pod) if nvidia or shared else {}
+                changes = self._lock_changes(n, pod) if annotate else {}
                 for spec in own:
                     changes = {**changes, **self._own_lock_changes(n, spec)}
                 taken.clear()
@@ -315,7 +329,7 @@ class Binder:
 
             if own:
                 self._own_locks[meta.uid] = (node, taken)
-            if nvidia or shared:
+            if annotate:
                 # noted before the write: the watch may show the new lock before the patch answers
                 self._locks[node] = (meta.namespace, meta.name)
                 self._seen.discard(node)
@@ -397,8 +411,15 @@ class Binder:
 
     def _end_hold(self, uid: str) -> None:
         hold = self.handoff.release(uid)
-        if hold is not None:
+        if hold is not None and not self._took_no_lock(uid):
             self._unlock(hold.node, hold.namespace, hold.name)
+
+    def _took_no_lock(self, uid: str) -> bool:
+        """Whether the pod's hold was taken without HAMi's lock annotation (forgotten as it is asked)."""
+        if uid in self._bare:
+            self._bare.discard(uid)
+            return True
+        return False
 
     def _unlock(self, node: str, namespace: str, name: str) -> None:
         self._releasing.add((namespace, name))
@@ -411,7 +432,7 @@ class Binder:
     def allocated(self, uid: str, ok: bool) -> None:
         """One AllocationResult from the bus."""
         hold = self.handoff.served(uid, ok)
-        if hold is not None:
+        if hold is not None and not self._took_no_lock(uid):
             self._unlock(hold.node, hold.namespace, hold.name)
 
     def on_node(self, change: Change[Node]) -> None:

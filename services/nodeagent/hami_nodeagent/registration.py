@@ -27,7 +27,15 @@ import msgspec
 from opentelemetry.context import Context
 
 from hami_common import logkeys, subjects
-from hami_common.annotations import NODE_REGISTER, NODE_SCORE, DeviceInfo, encode_node_devices, encode_pair_scores
+from hami_common.annotations import (
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
+    NODE_REGISTER,
+    NODE_SCORE,
+    DeviceInfo,
+    encode_node_devices,
+    encode_pair_scores,
+)
 from hami_common.errors import HamiError
 from hami_common.events import NodeInventory
 from hami_common.inventory import (
@@ -136,7 +144,8 @@ class Registrar:
         found = visible_gpus(await asyncio.to_thread(self.inventory.gpus), self.config)
         gpus = tuple(g for g in found if g.is_nvidia)
         devices = register_devices(gpus, self.config)
-        wanted = {NODE_REGISTER: encode_node_devices(devices)}
+        # the marker rides on the registration's own patch: the scheduler binds here without HAMi's node lock
+        wanted = {NODE_REGISTER: encode_node_devices(devices), NODE_PLACEMENTS: NODE_PLACEMENTS_BUS}
         if self.topology:
             report = pair_scores(gpus)
             wanted[NODE_SCORE] = encode_pair_scores(report.scores)
