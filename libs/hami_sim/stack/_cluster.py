@@ -72,6 +72,7 @@ __all__ = ["LocalCluster"]
 log = logging.getLogger(__name__)
 
 _READY_TIMEOUT_S: Final = 120.0
+_READY_PER_DEPLOYED_NODE_S: Final = 3.0
 _THREADS: Final = 64  # blocking kube calls of every in-process service share the loop's default executor
 Json = dict[str, Any]
 
@@ -377,10 +378,13 @@ class LocalCluster:
             self._services.extend((node.admitter, node.allocator, node.agent))
         self.pod_watch = self._service("kubelet pod watch", self._run_pod_watch, tasks)
         self.pod_watch.start()
-        async with asyncio.timeout(_READY_TIMEOUT_S):
+        # each deployed node is two Python processes of its own starting on the same cores: at 100 nodes on
+        # two cores that alone takes minutes, so the wait grows with the nodes
+        ready_s = _READY_TIMEOUT_S + _READY_PER_DEPLOYED_NODE_S * len(self.nodes)
+        async with asyncio.timeout(ready_s):
             await asyncio.gather(*(node.wait_ready() for node in self.nodes.values()))
         progress("device plugins registered; waiting for the nodes' GPU registration")
-        await eventually(self._ledger_complete, timeout=_READY_TIMEOUT_S, what="every node registered")
+        await eventually(self._ledger_complete, timeout=ready_s, what="every node registered")
         progress("registering the webhook with kube-apiserver; waiting for a kube-scheduler to lead")
         await asyncio.to_thread(real.register_webhook)
         await asyncio.to_thread(real.wait_leader)
