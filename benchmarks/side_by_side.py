@@ -29,10 +29,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = ("libs", *(f"services/{s}" for s in ("webhook", "extender", "allocator", "nodeagent", "metrics", "natsauth")))
 GENERATED = Path("libs/hami_common/deviceplugin")
+NATIVE = Path("native/vgpu")
 
 
 def _run(tree: Path, script: str, args: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / s) for s in SOURCES)}
+    # the real Kubernetes peers are this checkout's (pinned by tools/k8s, built by make k8s): a worktree has none
+    peers = os.environ.get("HAMI_K8S_BIN") or str(ROOT / ".cache" / "k8s" / "bin")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(str(tree / s) for s in SOURCES), "HAMI_K8S_BIN": peers}
     done = subprocess.run(
         [sys.executable, str(tree / "benchmarks" / script), *args],
         cwd=tree,
@@ -74,6 +77,10 @@ def main() -> int:
         for name in os.listdir(ROOT / GENERATED):
             if name.startswith("api_pb2"):
                 shutil.copy2(ROOT / GENERATED / name, before / GENERATED / name)
+        if (before / NATIVE / "Makefile").exists():  # the interposer the node pods install, from its own sources
+            subprocess.run(
+                ["make", "-s", "-C", str(before / NATIVE), "build/libvgpu.so"], check=True, capture_output=True
+            )
         runs: dict[str, list[dict[str, Any]]] = {"this": [], "before": []}
         for i in range(ns.rounds):
             for arm, tree in (
