@@ -270,3 +270,14 @@ async def test_connect_gives_up_with_transient_error_when_no_server_listens() ->
 def test_consumer_spec_names_are_per_node() -> None:
     spec: ConsumerSpec = placement_consumer("node-a")
     assert spec.filter_subject == subjects.placement("node-a")
+
+
+async def test_a_publish_on_a_connection_nats_py_closed_is_a_transient_error(nats_server: EmbeddedNats) -> None:
+    """nats-py closes a connection for good on the server's -ERR (an authorization refused while it reconnects,
+    seen with 200 clients and the auth callout under load); a publish on it then raised nats-py's own error,
+    which no caller expected, and crashed the allocator's follow-up worker."""
+    bus = await Bus.connect(BusSettings(nats_url=nats_server.url, service_name="closing"))
+    await bus.drain()
+    assert bus.closed
+    with pytest.raises(TransientError, match="connection closed"):
+        await bus.publish(subjects.allocated("n1"), NodeInventory(node="n1", devices=(), at_ns=1))

@@ -153,6 +153,11 @@ class Bus:
         return bool(self._nc.is_connected)
 
     @property
+    def closed(self) -> bool:
+        """Closed for good: drained, or given up by nats-py (which does not reconnect a closed connection)."""
+        return bool(self._nc.is_closed)
+
+    @property
     def connected_url(self) -> str:
         """The server this connection is on now (one of a cluster's), empty while disconnected."""
         url = self._nc.connected_url
@@ -247,7 +252,12 @@ class Bus:
         """Fire-and-forget on core NATS, with the current (or given) trace context."""
         headers: dict[str, str] = {}
         inject_headers(headers, ctx)
-        await self._nc.publish(subject, msgspec.msgpack.encode(event), headers=headers or None)
+        try:
+            await self._nc.publish(subject, msgspec.msgpack.encode(event), headers=headers or None)
+        except nats.errors.Error as err:
+            # nats-py closes a connection for good on the server's -ERR (an authorization refused while it
+            # reconnected under load, say): the caller's to retry or drop, never an unhandled crash
+            raise TransientError(f"NATS publish on {subject} failed: {err}") from err
 
     async def publish_durable(
         self, subject: str, event: msgspec.Struct, *, msg_id: str | None = None, ctx: Context | None = None

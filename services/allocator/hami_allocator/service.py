@@ -61,6 +61,7 @@ class LazyBus:
         self.settings = settings
         self.bus: Bus | None = None
         self.dropped = 0
+        self._reconnecting: asyncio.Task[None] | None = None
 
     async def run(self) -> None:
         while self.bus is None:
@@ -70,12 +71,20 @@ class LazyBus:
                 log.info("NATS not reachable, allocation results are not published: %s", err)
 
     async def publish(self, subject: str, event: msgspec.Struct, *, ctx: Context | None = None) -> None:
+        if self.bus is not None and self.bus.closed:
+            # nats-py gave the connection up (seen when the auth callout refused a reconnect under load): a
+            # new one is made meanwhile; results are best effort, the pod's bind-phase is the record
+            log.warning("NATS connection closed; reconnecting, allocation results are dropped meanwhile")
+            self.bus = None
+            self._reconnecting = asyncio.create_task(self.run(), name="results-reconnect")
         if self.bus is None:
             self.dropped += 1
             return
         await self.bus.publish(subject, event, ctx=ctx)
 
     async def close(self) -> None:
+        if self._reconnecting is not None:
+            self._reconnecting.cancel()
         if self.bus is not None:
             await self.bus.drain()
 
