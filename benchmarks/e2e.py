@@ -215,6 +215,14 @@ async def _bench(args: argparse.Namespace, workdir: Path, sockdir: Path) -> dict
         listed, _ = await cluster.kube.list_pods()
         report = audit(listed, admitted, cluster.capacity())
         refused = sum(1 for a in admitted.values() if not a.admission.ok)
+        errors = [
+            f"{a.admission.namespace}/{a.admission.name} on {a.node}: {c.name}: {c.error}"
+            for a in admitted.values()
+            for c in a.admission.containers
+            if c.error
+        ]
+        for line in (errors + report.problems)[:10]:  # what went wrong, so a failed run can be read
+            print(f"  ! {line}", flush=True)
     allocated_at = {uid: a.at for uid, a in admitted.items()}
     result: dict[str, Any] = {
         "benchmark": "e2e",
