@@ -135,6 +135,7 @@ DECODERS: Final[dict[str, Decoder]] = {
     ann.NODE_SCORE: lambda v, k: ann.decode_pair_scores(v, k),
     ann.NODE_HANDSHAKE: _handshake,
     ann.NODE_LOCK: _node_lock,
+    ann.NODE_PLACEMENTS: _one_of(ann.NODE_PLACEMENTS_BUS),
     ann.DEVICE_CORDON: _list,
     # pod, written by the system
     ann.VGPU_NODE: _name,
