@@ -17,7 +17,7 @@ import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 ADMIN_USER: Final = "kubernetes-admin"
 SYSTEM_NAMESPACE: Final = "hami-system"  # where deploy/ puts the services' accounts and Leases
 _READY_TIMEOUT_S: Final = 120.0
+_PORT_TRIES: Final = 3  # starts of a peer that lost its free port to another process before it bound it
 _ISSUER: Final = "https://kubernetes.default.svc.cluster.local"
 Json = dict[str, Any]
 
@@ -193,11 +194,9 @@ class ControlPlane:
 
     def start(self) -> Self:
         if not self.etcd.running:
-            self.etcd.start()
-            self._wait(self._etcd_healthy, "etcd", self.etcd)
+            self._start_peer(self.etcd, self._etcd_healthy, self._new_etcd_ports)
         if not self.apiserver.running:
-            self.apiserver.start()
-            self._wait(self._apiserver_ready, "kube-apiserver", self.apiserver)
+            self._start_peer(self.apiserver, self._apiserver_ready, self._new_apiserver_port)
         if not self._bootstrapped:
             self.ensure_namespace(SYSTEM_NAMESPACE)
             self._bootstrapped = True
@@ -233,6 +232,38 @@ class ControlPlane:
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.close()
+
+    def _start_peer(self, peer: Peer, ready: Any, new_ports: Any) -> None:
+        """Start ``peer`` and wait for it; a first start that lost its port to another process between
+        free_port() and the bind ("address already in use": seen in CI) is tried again on new ports."""
+        for attempt in range(_PORT_TRIES):
+            peer.start()
+            try:
+                self._wait(ready, peer.name, peer)
+                return
+            except RuntimeError:
+                if self._bootstrapped or attempt + 1 == _PORT_TRIES or "address already in use" not in peer.tail(20):
+                    raise
+                log.info("%s lost its port to another process; starting it on new ports", peer.name)
+                new_ports()
+
+    def _new_etcd_ports(self) -> None:
+        shutil.rmtree(self.workdir / "etcd", ignore_errors=True)  # a first start only: nothing is stored yet
+        etcd_port, peer_port = free_port(), free_port()
+        self._etcd_url = f"http://127.0.0.1:{etcd_port}"
+        flags = {
+            "--listen-client-urls": self._etcd_url,
+            "--advertise-client-urls": self._etcd_url,
+            "--listen-peer-urls": f"http://127.0.0.1:{peer_port}",
+            "--initial-advertise-peer-urls": f"http://127.0.0.1:{peer_port}",
+            "--initial-cluster": f"hami=http://127.0.0.1:{peer_port}",
+        }
+        _set_flags(self.etcd.argv, flags)
+        _set_flags(self.apiserver.argv, {"--etcd-servers": self._etcd_url})
+
+    def _new_apiserver_port(self) -> None:
+        self.port = free_port()
+        _set_flags(self.apiserver.argv, {"--secure-port": str(self.port)})
 
     def _wait(self, ready: Any, what: str, peer: Peer) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
@@ -330,6 +361,14 @@ class ControlPlane:
         except ApiError as err:
             if err.status != 409:
                 raise
+
+
+def _set_flags(argv: list[str], flags: Mapping[str, str]) -> None:
+    """Give each ``--flag=value`` of ``argv`` named in ``flags`` its new value, in place."""
+    for index, arg in enumerate(argv):
+        name = arg.split("=", 1)[0]
+        if name in flags:
+            argv[index] = f"{name}={flags[name]}"
 
 
 def _write_yaml(path: Path, document: Json) -> Path:
