@@ -24,11 +24,12 @@ from hami_common.annotations import (
     NODE_LOCK,
     NODE_PLACEMENTS,
     NODE_PLACEMENTS_BUS,
+    VGPU_NODE,
     ContainerDevice,
     decode_pod_devices,
     encode_pod_devices,
 )
-from hami_common.kube import AnnotationChanges, KubeClient, Node
+from hami_common.kube import AnnotationChanges, JsonPatchOp, KubeClient, Node, Pod, PodStatus
 from hami_common.resources import GPU
 from hami_common.staging import StagingStore
 from hami_sim.kubeapi import KubeApiEmulator
@@ -326,6 +327,81 @@ async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kub
     assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
     assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
     assert followup.failures == 0
+
+
+class _Counting:
+    """The client, counting the reads and writes the follow-up makes of pods."""
+
+    def __init__(self, kube: KubeClient) -> None:
+        self.kube = kube
+        self.reads = 0
+        self.writes = 0
+
+    async def get_pod(self, namespace: str, name: str) -> Pod:
+        self.reads += 1
+        return await self.kube.get_pod(namespace, name)
+
+    async def patch_pod_annotations(
+        self, namespace: str, name: str, changes: AnnotationChanges, *, resource_version: str = ""
+    ) -> Pod:
+        self.writes += 1
+        return await self.kube.patch_pod_annotations(namespace, name, changes, resource_version=resource_version)
+
+    async def patch_pod_guarded(self, namespace: str, name: str, ops: list[JsonPatchOp]) -> Pod:
+        self.writes += 1
+        return await self.kube.patch_pod_guarded(namespace, name, ops)
+
+
+async def test_follow_up_is_one_write_after_a_status_write_it_has_not_seen(kube: KubeClient, core: Any) -> None:
+    """The kubelet reports the pod's status while the allocator serves it, so the watch's copy is older than
+    the pod: the erasure is conditional on the list it erases from, not on the whole pod, and is one write
+    (it was a refused write and a read first). A pod whose Binding brought the placement (no label) gets
+    HAMi's ``hami.io/vgpu-node`` label with it; each container's erasure starts from the one before it."""
+    await create(core, node_body())
+    body = bound_pod_body("p", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
+    body["metadata"]["labels"] = {"app": "trainer"}
+    uid = await create(core, body)
+    watched = await kube.get_pod("default", "p")
+    await kube.patch_pod_status("default", "p", PodStatus(phase="Pending", message="kubelet was here"))
+    counting = _Counting(kube)
+    followup = FollowUp(NODE, pods=counting, nodes=kube, known_pod=lambda namespace, name: watched)
+    worker = asyncio.create_task(followup.run())
+    for container, gpu in (("a", GPUS[0]), ("b", GPUS[1])):
+        followup.submit(
+            Served(pod_uid=uid, namespace="default", name="p", container=container, device_uuids=(gpu,), staged=True)
+        )
+    await followup.join()
+    worker.cancel()
+    pod = await kube.get_pod("default", "p")
+    assert not any(decode_pod_devices(pod.metadata.annotations[DEVICES_TO_ALLOCATE]))
+    assert pod.metadata.annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert pod.metadata.labels == {"app": "trainer", VGPU_NODE: NODE}
+    assert (counting.reads, counting.writes) == (0, 2)
+    assert followup.failures == 0
+
+
+async def test_follow_up_refused_by_a_changed_list_reads_the_pod_again(kube: KubeClient, core: Any) -> None:
+    """The condition holds where it matters: a list changed since the copy was read (another erasure) makes
+    the write fail and be made again on a fresh read, never on the stale list."""
+    await create(core, node_body())
+    body = bound_pod_body("p", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
+    uid = await create(core, body)
+    stale = await kube.get_pod("default", "p")
+    await kube.patch_pod_annotations(
+        "default", "p", {DEVICES_TO_ALLOCATE: encode_pod_devices([[], [dev(GPUS[1], 2000, 20)]])}
+    )
+    counting = _Counting(kube)
+    followup = FollowUp(NODE, pods=counting, nodes=kube, known_pod=lambda namespace, name: stale)
+    worker = asyncio.create_task(followup.run())
+    followup.submit(
+        Served(pod_uid=uid, namespace="default", name="p", container="b", device_uuids=(GPUS[1],), staged=True)
+    )
+    await followup.join()
+    worker.cancel()
+    annotations = (await kube.get_pod("default", "p")).metadata.annotations
+    assert not any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
+    assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert (counting.reads, counting.writes) == (1, 2)
 
 
 async def test_follow_up_waits_out_an_apiserver_restart_then_records_and_releases(

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hami_common.annotations import VGPU_NODE
-from hami_common.kube import node_annotation_patch, pod_annotation_patch
+from hami_common.kube import guarded_annotation_patch, json_patch_body, node_annotation_patch, pod_annotation_patch
 from hami_sim.kubeapi import (
     PatchError,
     SelectorError,
@@ -121,6 +121,36 @@ def test_hami_pod_patch_adds_the_vgpu_node_label_and_guards_with_resource_versio
     assert node_annotation_patch({"example.com/a": "1"}).to_json() == {
         "metadata": {"annotations": {"example.com/a": "1"}}
     }
+
+
+def _guarded(read: dict[str, str], **kw: Any) -> list[dict[str, Any]]:
+    args: dict[str, Any] = {"uid": "u1", "resource_version": "7", "guards": (), "changes": {}} | kw
+    return json_patch_body(guarded_annotation_patch(read, **args))
+
+
+def test_guarded_patch_tests_the_values_it_read_and_escapes_keys() -> None:
+    ops = _guarded({"hami.io/list": "a;b", "x/y~z": "1"}, guards=("hami.io/list",), changes={"hami.io/list": "b"})
+    assert ops == [
+        {"op": "test", "path": "/metadata/uid", "value": "u1"},
+        {"op": "test", "path": "/metadata/annotations/hami.io~1list", "value": "a;b"},
+        {"op": "add", "path": "/metadata/annotations/hami.io~1list", "value": "b"},
+    ]
+    read = {"hami.io/list": "a;b", "x/y~z": "1"}
+    patched = apply_json_patch(
+        {"metadata": {"uid": "u1", "annotations": read}}, _guarded(read, changes={"x/y~z": None})
+    )
+    assert patched["metadata"]["annotations"] == {"hami.io/list": "a;b"}
+
+
+def test_guarded_patch_falls_back_to_the_resource_version_where_absence_cannot_be_tested() -> None:
+    rv = {"op": "test", "path": "/metadata/resourceVersion", "value": "7"}
+    assert rv in _guarded({"a": "1"}, guards=("b",), changes={"b": "2"})  # a guarded key the copy lacked
+    assert rv in _guarded({}, changes={"b": "2"})  # no annotations map: it is added whole
+    assert rv in _guarded({"a": "1"}, labels={VGPU_NODE: "n1"})  # no labels map either
+    with_labels = _guarded({"a": "1"}, guards=("a",), labels={VGPU_NODE: "n1"}, read_labels={"app": "x"})
+    assert rv not in with_labels
+    assert {"op": "add", "path": "/metadata/labels/hami.io~1vgpu-node", "value": "n1"} in with_labels
+    assert _guarded({"a": "1"}, changes={"gone": None}) == [{"op": "test", "path": "/metadata/uid", "value": "u1"}]
 
 
 @pytest.mark.parametrize("text", ["a in (b", "a b c", "!a in (b)", "=x"])

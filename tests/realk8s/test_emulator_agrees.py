@@ -30,6 +30,7 @@ import pytest
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 
+from hami_common.kube import guarded_annotation_patch, json_patch_body
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.realk8s import ControlPlane, K8sBinaries
 from tests.kube.hookserver import MUTATED, HookServer, closed_port, hook_server, webhook
@@ -505,6 +506,54 @@ def pod_annotation_patches(side: Side) -> View:
     return view
 
 
+def guarded_annotation_patches(side: Side) -> View:
+    """The allocator's acknowledgement (``guarded_annotation_patch``): a status write it did not see does not
+    refuse it, a change to the value it read does (422); a pod without labels gets the map, guarded by the
+    resourceVersion, so a status write it did not see refuses that one."""
+    core, ns = side.core, side.namespace
+    annotations = {"hami.io/list": "a;b", "hami.io/gone": "x"}
+    bodies = {name: pod(name, labels) for name, labels in (("p", {"app": "a"}), ("bare", None))}
+    for body in bodies.values():
+        body["metadata"]["annotations"] = annotations
+    read = side.call(core.create_namespaced_pod, ns, bodies["p"]).body
+    bare = side.call(core.create_namespaced_pod, ns, bodies["bare"]).body
+    meta = read["metadata"]
+    status = {"status": {"phase": "Running"}}
+    for name in bodies:
+        side.call(core.patch_namespaced_pod_status, name, ns, status, _content_type=MERGE)
+
+    def guarded(current: Json, value: str, guards: tuple[str, ...] = ("hami.io/list",)) -> Outcome:
+        name = current["metadata"]["name"]
+        ops = guarded_annotation_patch(
+            current["metadata"].get("annotations") or {},
+            uid=current["metadata"]["uid"],
+            resource_version=current["metadata"]["resourceVersion"],
+            guards=guards,
+            changes={"hami.io/list": value, "hami.io/gone": None},
+            labels={"hami.io/vgpu-node": "n1"},
+            read_labels=current["metadata"].get("labels") or {},
+        )
+        return side.call(core.patch_namespaced_pod, name, ns, json_patch_body(ops), _content_type=JSON_PATCH)
+
+    def written(outcome: Outcome) -> Any:
+        body = outcome.body or {}
+        return (
+            outcome.code,
+            (body.get("metadata") or {}).get("annotations"),
+            (body.get("metadata") or {}).get("labels"),
+        )
+
+    view: View = {"after a status write": written(guarded(read, "b"))}
+    view["the value read changed"] = status_view(guarded(read, "c"))
+    view["guarded by a key the copy lacks"] = status_view(guarded(read, "c", ("hami.io/absent",)))
+    other = {**read, "metadata": {**meta, "uid": "00000000-0000-0000-0000-000000000000"}}
+    view["another pod of the same name"] = status_view(guarded(other, "c"))
+    view["no labels, after a status write"] = status_view(guarded(bare, "b"))
+    fresh = side.call(core.read_namespaced_pod, "bare", ns).body
+    view["no labels"] = written(guarded(fresh, "b"))
+    return view
+
+
 def stale_resource_version(side: Side) -> View:
     core, ns = side.core, side.namespace
     created = side.call(core.create_namespaced_pod, ns, pod("p")).body
@@ -889,6 +938,7 @@ def known_differences(side: Side) -> View:
 SCENARIOS: Final = {
     "pods: create, get, list, label and field selectors, pages": pods_get_list_select,
     "pods: merge, JSON and strategic merge patches of annotations": pod_annotation_patches,
+    "pods: guarded annotation patches (test operations)": guarded_annotation_patches,
     "pods: a stale resourceVersion is 409 Conflict": stale_resource_version,
     "pods/binding: once 201, again 409": binding,
     "pods/status: status patches, READY column": pod_status,

@@ -12,7 +12,7 @@ Tests and ``make run`` point the same code at :mod:`hami_sim.kubeapi`, an emulat
 """
 
 from hami_common.kube._cache import Change, ChangeType, WatchCache, WatchStats
-from hami_common.kube._client import MERGE_PATCH, KubeClient
+from hami_common.kube._client import JSON_PATCH, MERGE_PATCH, KubeClient
 from hami_common.kube._config import load_api_client
 from hami_common.kube._errors import from_client_error, from_status
 from hami_common.kube._events import FAILED_SCHEDULING, EventRecorder, EventType, reference_to
@@ -20,8 +20,11 @@ from hami_common.kube._guarded import update_node_annotations
 from hami_common.kube._leader import Action, LeaderElector, LeaseFollower, decide, holds_lease
 from hami_common.kube._patches import (
     AnnotationChanges,
+    JsonPatchOp,
     MetadataPatch,
     PatchMeta,
+    guarded_annotation_patch,
+    json_patch_body,
     node_annotation_patch,
     pod_annotation_patch,
 )
@@ -30,6 +33,7 @@ from hami_common.kube._ports import (
     LeasePort,
     NodePatcher,
     PodBinder,
+    PodGuardedPatcher,
     PodPatcher,
     PodReader,
     QuotaReader,
@@ -83,6 +87,7 @@ from hami_common.kube._types import (
 
 __all__ = [
     "FAILED_SCHEDULING",
+    "JSON_PATCH",
     "MERGE_PATCH",
     "Action",
     "AnnotationChanges",
@@ -99,6 +104,7 @@ __all__ = [
     "EventRecorder",
     "EventSource",
     "EventType",
+    "JsonPatchOp",
     "KubeClient",
     "KubeSettings",
     "LeaderElector",
@@ -125,6 +131,7 @@ __all__ = [
     "Pod",
     "PodBinder",
     "PodCondition",
+    "PodGuardedPatcher",
     "PodList",
     "PodPatcher",
     "PodReader",
@@ -147,7 +154,9 @@ __all__ = [
     "decode_watch_line",
     "from_client_error",
     "from_status",
+    "guarded_annotation_patch",
     "holds_lease",
+    "json_patch_body",
     "load_api_client",
     "node_annotation_patch",
     "node_source",

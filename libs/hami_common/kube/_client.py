@@ -23,17 +23,20 @@ from hami_common.kube._config import load_api_client
 from hami_common.kube._errors import from_client_error
 from hami_common.kube._patches import (
     AnnotationChanges,
+    JsonPatchOp,
     MetadataPatch,
+    json_patch_body,
     node_annotation_patch,
     pod_annotation_patch,
 )
 from hami_common.kube._settings import KubeSettings
 from hami_common.kube._types import Event, Lease, Node, ObjectList, Pod, PodStatus, ResourceQuota
 
-__all__ = ["MERGE_PATCH", "KubeClient"]
+__all__ = ["JSON_PATCH", "MERGE_PATCH", "KubeClient"]
 
 T = TypeVar("T")
 MERGE_PATCH: Final = "application/merge-patch+json"
+JSON_PATCH: Final = "application/json-patch+json"
 _PAGE: Final = 500
 _CLIENT_ERRORS: Final = (ApiException, urllib3.exceptions.HTTPError, ConnectionError, TimeoutError)
 
@@ -193,6 +196,19 @@ class KubeClient:
     ) -> Pod:
         """Merge ``changes`` into the pod's annotations (None removes); sets the vgpu-node label with it."""
         return await self.patch_pod(namespace, name, pod_annotation_patch(changes, resource_version=resource_version))
+
+    async def patch_pod_guarded(self, namespace: str, name: str, ops: list[JsonPatchOp]) -> Pod:
+        """Apply a JSON patch built by :func:`guarded_annotation_patch`: a failed ``test`` (kube-apiserver's
+        422) is the object having changed since it was read, so it raises :class:`Conflict`, as a stale
+        resourceVersion does."""
+        what = f"pod {namespace}/{name}"
+        try:
+            data = await self.call_raw(
+                what, self.core.patch_namespaced_pod, name, namespace, json_patch_body(ops), _content_type=JSON_PATCH
+            )
+        except InvalidInput as err:
+            raise Conflict(f"{what} changed since it was read: {err}") from err
+        return self.decode(what, data, Pod)
 
     async def patch_node_annotations(
         self, name: str, changes: AnnotationChanges, *, resource_version: str = ""

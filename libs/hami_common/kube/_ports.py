@@ -8,10 +8,19 @@ from typing import Protocol
 
 from hami_common.kube._events import EventPort
 from hami_common.kube._leader import LeasePort
-from hami_common.kube._patches import AnnotationChanges
+from hami_common.kube._patches import AnnotationChanges, JsonPatchOp
 from hami_common.kube._types import Node, Pod, ResourceQuota
 
-__all__ = ["EventPort", "LeasePort", "NodePatcher", "PodBinder", "PodPatcher", "PodReader", "QuotaReader"]
+__all__ = [
+    "EventPort",
+    "LeasePort",
+    "NodePatcher",
+    "PodBinder",
+    "PodGuardedPatcher",
+    "PodPatcher",
+    "PodReader",
+    "QuotaReader",
+]
 
 
 class PodReader(Protocol):
@@ -22,6 +31,10 @@ class PodPatcher(Protocol):
     async def patch_pod_annotations(
         self, namespace: str, name: str, changes: AnnotationChanges, *, resource_version: str = ""
     ) -> Pod: ...
+
+
+class PodGuardedPatcher(Protocol):
+    async def patch_pod_guarded(self, namespace: str, name: str, ops: list[JsonPatchOp]) -> Pod: ...
 
 
 class NodePatcher(Protocol):

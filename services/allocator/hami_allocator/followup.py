@@ -43,6 +43,7 @@ from hami_common.annotations import (
     NODE_LOCK,
     NODE_PLACEMENTS,
     NODE_PLACEMENTS_BUS,
+    VGPU_NODE,
     MigAllocation,
     decode_mig_allocations,
     decode_node_lock,
@@ -59,8 +60,10 @@ from hami_common.kube import (
     Node,
     NodePatcher,
     Pod,
+    PodGuardedPatcher,
     PodPatcher,
     PodReader,
+    guarded_annotation_patch,
     retry_on_conflict,
 )
 from hami_common.tracing import context_from_annotation
@@ -73,6 +76,7 @@ _ATTEMPTS: Final = 5
 # Another field's writer (pod status, node annotations) made the copy stale, nobody competes for ours: read
 # again almost at once, with a little growing jitter should the same writer be at it again.
 _CONFLICT_BACKOFF: Final = Backoff(initial=0.002, cap=0.05)
+_WRITTEN_KEPT: Final = 256  # pods with containers still to erase, whose last write is kept (see _remember)
 _RETRY_DELAY_S: Final = 0.2
 _RETRY_CAP_S: Final = 2.0
 PATIENCE_S: Final = 300.0  # HAMi's node-lock expiry
@@ -121,7 +125,7 @@ def with_runtime_ids(value: str | None, realised: tuple[MigAllocation, ...]) -> 
     return (encode_mig_allocations(updated) if found else None), missing
 
 
-class PodAccess(PodReader, PodPatcher, Protocol):
+class PodAccess(PodReader, PodPatcher, PodGuardedPatcher, Protocol):
     pass
 
 
@@ -201,6 +205,7 @@ class FollowUp:
         self.failures = 0
         self._queue: asyncio.Queue[Served] = asyncio.Queue()
         self._outstanding = 0  # expected or queued, not yet followed up
+        self._written: dict[str, Pod] = {}  # uid -> the pod as last written, while containers remain
         self._idle = asyncio.Event()
         self._idle.set()
 
@@ -304,8 +309,22 @@ class FollowUp:
                 changes = {**changes, MIG_ALLOCATIONS: mig_value}
             if done:
                 changes = {**changes, BIND_PHASE: BIND_PHASE_SUCCESS}
-            patched = await pods.patch_pod_annotations(
-                served.namespace, served.name, changes, resource_version=pod.metadata.resource_version
+            # Conditional on the values this pop was computed from, not on the whole pod: the kubelet's status
+            # writes in between would otherwise refuse it (a 409 and a read per pod). The label HAMi's monitor
+            # selects on is added where the Binding brought the placement (a Binding carries no labels).
+            labels = {VGPU_NODE: self.node} if pod.metadata.labels.get(VGPU_NODE) != self.node else None
+            patched = await pods.patch_pod_guarded(
+                served.namespace,
+                served.name,
+                guarded_annotation_patch(
+                    pod.metadata.annotations,
+                    uid=pod.metadata.uid,
+                    resource_version=pod.metadata.resource_version,
+                    guards=(DEVICES_TO_ALLOCATE, MIG_ALLOCATIONS) if mig_value is not None else (DEVICES_TO_ALLOCATE,),
+                    changes=changes,
+                    labels=labels,
+                    read_labels=pod.metadata.labels,
+                ),
             )
             if unmatched:
                 log.warning(
@@ -325,26 +344,37 @@ class FollowUp:
             return patched
 
         try:
-            if not await self._write_known(served, write):
-                await retry_on_conflict(read, write, attempts=_ATTEMPTS, backoff=_CONFLICT_BACKOFF)
+            written = await self._write_known(served, write)
+            if written is None:
+                written = (await retry_on_conflict(read, write, attempts=_ATTEMPTS, backoff=_CONFLICT_BACKOFF)).value
         except NotFound:
+            self._written.pop(served.pod_uid, None)
             self.on_erased(served.pod_uid)
             return  # the pod is gone: nothing to erase
+        self._remember(served.pod_uid, None if done else written)
         self.on_erased(served.pod_uid)
         if done:
             await self._release(served)
 
-    async def _write_known(self, served: Served, write: Callable[[Pod], Awaitable[Pod]]) -> bool:
-        """``write`` on the watch's copy of the pod, sparing a read; False when there is no such copy or it
-        is behind the apiserver's (a 409, so nothing was written)."""
-        known = self.known_pod(served.namespace, served.name)
+    def _remember(self, uid: str, pod: Pod | None) -> None:
+        """Keep the pod as this worker last wrote it while containers of it remain to be erased: the next
+        one's pop starts from it, not from a watch copy that may not show this write yet."""
+        self._written.pop(uid, None)
+        if pod is not None:
+            self._written[uid] = pod
+            while len(self._written) > _WRITTEN_KEPT:
+                del self._written[next(iter(self._written))]
+
+    async def _write_known(self, served: Served, write: Callable[[Pod], Awaitable[Pod]]) -> Pod | None:
+        """``write`` on the copy of the pod this worker last wrote, or else the watch's, sparing a read; None
+        when there is no such copy or it is behind the apiserver's (a conflict, so nothing was written)."""
+        known = self._written.get(served.pod_uid) or self.known_pod(served.namespace, served.name)
         if known is None or known.metadata.uid != served.pod_uid:
-            return False
+            return None
         try:
-            await write(known)
+            return await write(known)
         except Conflict:
-            return False
-        return True
+            return None
 
     async def _release(self, served: Served) -> None:
         known = self.known_node()
