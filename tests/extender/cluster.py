@@ -99,12 +99,16 @@ def add_pod(
     namespace: str = "default",
     containers: list[dict[str, Any]] | None = None,
     annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     ensure_namespace(api, namespace)
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace, "annotations": annotations or {}}
+    if labels:
+        metadata["labels"] = labels
     body = {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": annotations or {}},
+        "metadata": metadata,
         "spec": {"schedulerName": "hami-scheduler", "containers": containers or [gpu_container()]},
     }
     created: dict[str, Any] = api.store.create(PODS, namespace, body)

@@ -8,14 +8,25 @@ import time
 from typing import Any
 
 from hami_common import subjects
-from hami_common.annotations import NODE_LOCK, NODE_PLACEMENTS, NODE_PLACEMENTS_BUS, TRACE_CONTEXT
+from hami_common.annotations import (
+    BIND_PHASE,
+    BIND_PHASE_ALLOCATING,
+    DEVICES_ALLOCATED,
+    DEVICES_TO_ALLOCATE,
+    NODE_LOCK,
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
+    TRACE_CONTEXT,
+    VGPU_NODE,
+    decode_pod_devices,
+)
 from hami_common.bus import Bus, Delivery
 from hami_common.events import AllocationResult, PlacementDecision
 from hami_common.kube import KubeClient
 from hami_extender.settings import ExtenderSettings
 from hami_sim.kubeapi import KubeApiEmulator
 from hami_sim.waiting import eventually
-from tests.extender.cluster import NODES, PODS, add_node, add_pod, gpu_container
+from tests.extender.cluster import NODES, PODS, add_node, add_pod, gpu_container, pod_annotations
 from tests.extender.conftest import Served
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -261,3 +272,47 @@ async def test_a_node_served_over_the_bus_is_handed_off_without_hamis_lock_annot
     # the Node was never written: no lock taken, none to remove
     assert emulator.store.get(NODES, None, "node1")["metadata"]["resourceVersion"] == version
     assert binder.unlocks_handled == 0
+
+
+async def test_on_a_bus_node_the_binding_carries_the_placement_and_filter_writes_nothing(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    """Filter's patch was a write per GPU pod that only the Binding needed: on a node our allocator serves,
+    the Binding carries the annotations (kube-apiserver copies them onto the pod as it binds it), so the pod
+    is written once to be placed and bound. A pod without labels is still patched by Filter, which also
+    sets HAMi's node label (a Binding carries no labels, and only a pod with a labels map can be given one
+    key by the allocator without a condition on the whole pod); so is every pod on a node HAMi's device
+    plugin serves, as HAMi does."""
+    add_node(emulator, "node1", annotations={NODE_PLACEMENTS: NODE_PLACEMENTS_BUS})
+    add_node(emulator, "node2")
+    await eventually(lambda: "node1" in extender.state["ledger"] and "node2" in extender.state["ledger"])
+    await eventually(lambda: extender.state["publisher"].bus is not None)
+    binder = extender.state["binder"]
+    await eventually(lambda: binder.cached_node("", "node1") is not None)
+
+    def version(pod: dict[str, Any]) -> str:
+        rv: str = emulator.store.get(PODS, "default", pod["metadata"]["name"])["metadata"]["resourceVersion"]
+        return rv
+
+    labelled = add_pod(emulator, "labelled", labels={"app": "train"})
+    created = version(labelled)
+    assert (await extender.filter(labelled, ["node1"]))["NodeNames"] == ["node1"]
+    assert version(labelled) == created  # Filter wrote nothing
+    assert VGPU_NODE not in pod_annotations(emulator, "labelled")
+    assert await extender.bind(labelled, "node1") == {"Error": ""}
+    bound = emulator.store.get(PODS, "default", "labelled")
+    annotations = bound["metadata"]["annotations"]
+    assert bound["spec"]["nodeName"] == "node1"
+    assert annotations[VGPU_NODE] == "node1"
+    assert decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]) == decode_pod_devices(annotations[DEVICES_ALLOCATED])
+    assert any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
+    assert annotations[BIND_PHASE] == BIND_PHASE_ALLOCATING
+    assert extender.state["ledger"].placement(labelled["metadata"]["uid"]) is None
+    await bus.publish(subjects.allocated("node1"), allocation(labelled, "node1"))
+    await eventually(lambda: binder.handoff.holder("node1") is None)
+
+    for name, node, labels in (("bare", "node1", None), ("hami-node", "node2", {"app": "train"})):
+        pod = add_pod(emulator, name, labels=labels)
+        assert (await extender.filter(pod, [node]))["NodeNames"] == [node]
+        assert pod_annotations(emulator, name)[VGPU_NODE] == node, name  # patched by Filter, as HAMi does
+        assert emulator.store.get(PODS, "default", name)["metadata"]["labels"][VGPU_NODE] == node

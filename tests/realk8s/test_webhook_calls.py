@@ -1,7 +1,7 @@
 """How often kube-apiserver calls our webhook for a GPU pod, as kube-apiserver counts it itself: once, at
 its creation. Our own services' later writes (the extender's placement, the allocator's acknowledgement)
 are not sent to it (the webhook would wave them through), while anyone else's update still is, and a
-forged scheduler-owned annotation is still refused."""
+forged scheduler-owned annotation is still refused. And how many times our services write such a pod."""
 
 from __future__ import annotations
 
@@ -33,7 +33,10 @@ async def test_a_gpu_pod_reaches_the_webhook_at_its_creation_and_not_at_our_serv
     assert real_cluster.real is not None
     plane = real_cluster.real.plane
     creates, updates = webhook_calls(real_cluster, "CREATE"), webhook_calls(real_cluster, "UPDATE")
+    before = api_calls(plane.metrics_text())
     pods = mixed_workload(12, prefix="calls")
+    for body in pods[1::2]:  # half of them without labels, as a bare pod of kubectl apply
+        del body["metadata"]["labels"]
     uids = [str((await real_cluster.submit(p))["metadata"]["uid"]) for p in pods]
     async with asyncio.timeout(120):
         admitted = await real_cluster.wait_admitted(uids)
@@ -47,10 +50,18 @@ async def test_a_gpu_pod_reaches_the_webhook_at_its_creation_and_not_at_our_serv
         )
 
     await eventually(acknowledged, timeout=60, what="every pod acknowledged by its node")
+    requests = (api_calls(plane.metrics_text()) - before).requests
     listed, _ = await real_cluster.kube.list_pods()
     placed = [p for p in listed if p.metadata.uid in uids]
     assert webhook_calls(real_cluster, "CREATE") - creates == len(pods)
     assert webhook_calls(real_cluster, "UPDATE") - updates == 0
+    # the pod writes: a labelled pod's placement rides on its Binding, so the allocator's acknowledgement is
+    # its one patch; a pod without labels is also patched by Filter. No acknowledgement is refused and read
+    # again, and every pod carries HAMi's node label in the end.
+    assert requests.get("POST pods/binding") == len(pods)
+    assert requests.get("PATCH pods") == len(pods[::2]) + 2 * len(pods[1::2])
+    assert requests.get("GET pods", 0) == 0
+    assert all(p.metadata.labels.get(VGPU_NODE) == p.spec.node_name for p in placed)
 
     # anyone else's update of the same pods is still judged by the webhook
     one = placed[0].metadata

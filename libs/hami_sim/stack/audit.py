@@ -34,6 +34,7 @@ def gpu_pod(
     cores: int | None = None,
     namespace: str = "default",
     annotations: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> Json:
     """A one-container pod asking for a GPU slice, as a user would write it (no scheduler named)."""
     limits = {GPU: str(gpus)}
@@ -43,31 +44,37 @@ def gpu_pod(
         limits[GPU_MEMORY_PERCENTAGE] = str(mem_percent)
     if cores is not None:
         limits[GPU_CORES] = str(cores)
+    metadata: Json = {"name": name, "namespace": namespace, "annotations": dict(annotations or {})}
+    if labels:
+        metadata["labels"] = dict(labels)
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations or {})},
+        "metadata": metadata,
         "spec": {"containers": [{"name": "main", "image": "cuda", "resources": {"limits": limits}}]},
     }
 
 
 def mixed_workload(count: int, *, seed: int = 7, prefix: str = "job") -> list[Json]:
-    """``count`` pods mixing memory by MiB and by percentage, cores, and a few two-GPU pods."""
+    """``count`` pods mixing memory by MiB and by percentage, cores, and a few two-GPU pods; labelled
+    ``app=<prefix>``, as the pods of a Deployment or a Job are (a pod without labels costs the scheduler
+    one more write: see hami_extender.placer)."""
     rng = random.Random(seed)
+    labels = {"app": prefix}
     pods = []
     for i in range(count):
         kind = i % 5
         name = f"{prefix}-{i:04d}"
         if kind == 0:
-            pods.append(gpu_pod(name, mem=rng.choice((1024, 2048, 4096)), cores=rng.choice((10, 20))))
+            pods.append(gpu_pod(name, mem=rng.choice((1024, 2048, 4096)), cores=rng.choice((10, 20)), labels=labels))
         elif kind == 1:
-            pods.append(gpu_pod(name, mem_percent=rng.choice((5, 10, 15))))
+            pods.append(gpu_pod(name, mem_percent=rng.choice((5, 10, 15)), labels=labels))
         elif kind == 2:
-            pods.append(gpu_pod(name, mem=rng.choice((3000, 6000)), cores=rng.choice((5, 10, 15))))
+            pods.append(gpu_pod(name, mem=rng.choice((3000, 6000)), cores=rng.choice((5, 10, 15)), labels=labels))
         elif kind == 3:
-            pods.append(gpu_pod(name, gpus=2, mem=rng.choice((1000, 2000)), cores=10))
+            pods.append(gpu_pod(name, gpus=2, mem=rng.choice((1000, 2000)), cores=10, labels=labels))
         else:
-            pods.append(gpu_pod(name, mem=rng.choice((500, 1500, 2500))))
+            pods.append(gpu_pod(name, mem=rng.choice((500, 1500, 2500)), labels=labels))
     return pods
 
 

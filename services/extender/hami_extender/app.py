@@ -50,7 +50,7 @@ from hami_extender.role import RoleLabel
 from hami_extender.routes import health
 from hami_extender.routes.extender import ExtenderApp
 from hami_extender.settings import ExtenderSettings
-from hami_extender.sync import LedgerSync
+from hami_extender.sync import LedgerSync, placed_over_bus
 from hami_extender.timings import FilterTimes
 
 __all__ = ["create_app"]
@@ -177,6 +177,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 grant_key=s.grant_key(),
                 nominations=nominations,
                 families=families,
+                bus_node=lambda name: placed_over_bus(nodes.get("", name)),
             )
             preemptor = Preemptor(
                 ledger=ledger,

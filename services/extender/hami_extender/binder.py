@@ -31,8 +31,6 @@ from hami_common.annotations import (
     BIND_PHASE_SUCCESS,
     BIND_TIME,
     NODE_LOCK,
-    NODE_PLACEMENTS,
-    NODE_PLACEMENTS_BUS,
     TRACE_CONTEXT,
     NodeLock,
     decode_node_lock,
@@ -73,11 +71,11 @@ from hami_extender.ledger import Booking, Ledger
 from hami_extender.notices import BINDING_FAILED, BINDING_SUCCEED, NoticeQueue
 from hami_extender.placer import request_of
 from hami_extender.publisher import PlacementPublisher
-from hami_extender.sync import booking_from
+from hami_extender.sync import booking_from, placed_over_bus
 from hami_extender.timings import FilterTimes
 from hami_extender.wire import BindingArgs
 
-__all__ = ["BindPort", "Binder", "placement_of"]
+__all__ = ["BindPort", "Binder", "placed_over_bus", "placement_of"]
 
 UNLOCK_RETRY_S: Final = 1.0  # a lock that could not be removed is tried again after this long
 # A pod in these bind phases is bound, or being bound by a HAMi scheduler that patches them before binding.
@@ -117,11 +115,6 @@ def placement_of(pod: Pod, booking: Booking, bind_time: datetime, config: Resour
         containers=tuple(containers),
         bind_time_ns=int(bind_time.timestamp() * 1e9),
     )
-
-
-def placed_over_bus(node: Node | None) -> bool:
-    """Whether the node's allocator is ours, which takes placements over NATS (its node agent says so)."""
-    return node is not None and node.metadata.annotations.get(NODE_PLACEMENTS) == NODE_PLACEMENTS_BUS
 
 
 @dataclass(eq=False)
@@ -344,11 +337,13 @@ class Binder:
         bind_time = self.clock()
         # HAMi patches these before binding; the Binding carries them instead, and the apiserver copies a
         # Binding's annotations onto the pod as it binds it: one round trip, and no "allocating" pod that
-        # never got bound.
-        marks = {BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)}
+        # never got bound. So does the placement where Filter left it to the Binding (see Placer).
+        placement = self.ledger.placement(meta.uid) if booking is not None else None
+        marks = {**(placement or {}), BIND_PHASE: BIND_PHASE_ALLOCATING, BIND_TIME: encode_unix_seconds(bind_time)}
         attempt.posted = True
         async with asyncio.timeout(self.call_timeout):
             await self.kube.bind_pod(meta.namespace, meta.name, node, uid=meta.uid, annotations=marks)
+        self.ledger.placed(meta.uid)
         return booking, bind_time, handoff_wait
 
     def _own_lock_changes(self, node: Node, spec: NodeLockSpec) -> AnnotationChanges:

@@ -127,6 +127,8 @@ class Ledger:
         # bookings undone by a refused bind, until the pod is filtered again or goes: the watch may still
         # deliver the Filter's patch that made them, which must not book them back
         self._withdrawn: dict[str, Booking] = {}
+        # the placement annotations of bookings whose Filter wrote nothing: their Binding carries them
+        self._placements: dict[str, Mapping[str, str]] = {}
         self._limits: dict[str, NamespaceQuota] = {}
         self._used: dict[str, tuple[int, int]] = {}
         self.version = 0  # bumped on every change
@@ -224,6 +226,7 @@ class Ledger:
 
     def release(self, uid: str) -> Booking | None:
         self._withdrawn.pop(uid, None)
+        self._placements.pop(uid, None)
         booking = self._bookings.pop(uid, None)
         if booking is None:
             return None
@@ -235,6 +238,20 @@ class Ledger:
         self._charge_quota(booking, -1)
         self._apply(booking, -1)
         return booking
+
+    def defer_placement(self, uid: str, annotations: Mapping[str, str]) -> None:
+        """Keep the annotations of the pod's booking for its Binding (Filter did not write them); they go
+        with the booking, or once :meth:`placed`."""
+        if uid in self._bookings:
+            self._placements[uid] = annotations
+
+    def placement(self, uid: str) -> Mapping[str, str] | None:
+        """The annotations the pod's Binding must carry, if its Filter deferred them."""
+        return self._placements.get(uid)
+
+    def placed(self, uid: str) -> None:
+        """The Binding carried the pod's placement: the pod holds it now."""
+        self._placements.pop(uid, None)
 
     def withdraw(self, uid: str) -> None:
         """Release a pod's booking for good: the same placement seen again on the watch (the Filter's own

@@ -6,6 +6,17 @@ fit runs, and the first node that fits is the answer (the node HAMi's sort would
 node fits is every node fitted, so each failed node gets HAMi's reason text. The reservation is made
 before the patch and undone if the patch fails.
 
+On a node whose allocator is ours (``hami.io/node-placements: bus``) Filter writes nothing: the Binding
+carries the annotations (kube-apiserver copies a Binding's annotations onto the pod it binds), so bind is
+the pod's one scheduling write. HAMi writes them here, before Bind, and so does Filter where HAMi's device
+plugin serves the node, where the pod holds an earlier placement (a Binding can add and replace
+annotations, never remove one, and the watch would book the old one back meanwhile), and where the pod has
+no labels: a Binding carries no labels, so the allocator adds HAMi's ``hami.io/vgpu-node`` label with its
+acknowledgement, and only a pod that has a labels map can get one key added without a condition on the
+whole pod (which the kubelet's status writes would keep failing). The reservation is
+then in the leader's memory only until the bind: a restarted or new leader does not know it, refuses the
+bind ("filter it first"), and kube-scheduler filters the pod again.
+
 A pod may ask for the configured device families too (:mod:`.families`): their requests go to their own
 Fit, their node bonus is added to the score, and each used family's annotations join the one patch.
 """
@@ -17,7 +28,7 @@ import functools
 import logging
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -36,7 +47,7 @@ from hami_common.annotations import (
 )
 from hami_common.errors import HamiError, InvalidInput, TransientError
 from hami_common.grants import GrantKey, family_lists
-from hami_common.kube import ObjectReference, Pod, PodPatcher, reference_to
+from hami_common.kube import ObjectMeta, ObjectReference, Pod, PodPatcher, reference_to
 from hami_common.resources import PodRequest, ResourceConfig
 from hami_common.scheduling import (
     NodeFit,
@@ -118,6 +129,7 @@ class Placer:
     grant_key: GrantKey | None = None  # signs each grant, so allocators can tell it from a forged one
     nominations: Nominations | None = None  # preemptors kube-scheduler nominated: their nodes are kept for them
     families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    bus_node: Callable[[str], bool] = field(default=lambda node: False)  # the node's allocator is ours
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:
@@ -254,8 +266,12 @@ class Placer:
             )
         started = time.perf_counter()
         try:
-            async with asyncio.timeout(self.patch_timeout):
-                await self.pods.patch_pod_annotations(meta.namespace, meta.name, changes)
+            placement = _deferrable(changes, meta) if self.bus_node(chosen.node) else None
+            if placement is not None:
+                self.ledger.defer_placement(meta.uid, placement)
+            else:
+                async with asyncio.timeout(self.patch_timeout):
+                    await self.pods.patch_pod_annotations(meta.namespace, meta.name, changes)
         except (HamiError, TimeoutError) as err:
             self.ledger.release(meta.uid)
             log.warning(
@@ -322,6 +338,15 @@ class Placer:
         chosen = choose_node(fits, prefs.node_policy)
         items = [raw_by_name[chosen.node]] if chosen is not None else []
         return FilterResult(nodes=RawNodeList(items=items), failed_nodes=_sorted_reasons(f for f in fits if not f.fits))
+
+
+def _deferrable(changes: Mapping[str, str | None], meta: ObjectMeta) -> dict[str, str] | None:
+    """The placement as a Binding's annotations, or None where Filter must patch it: a key to remove, an
+    earlier placement on the pod, or a pod without labels (see the module's docstring)."""
+    if VGPU_NODE in meta.annotations or not meta.labels:
+        return None
+    written = {k: v for k, v in changes.items() if v is not None}
+    return written if len(written) == len(changes) else None
 
 
 def _sorted_reasons(failed: Iterable[NodeFit]) -> dict[str, str]:

@@ -23,6 +23,8 @@ from hami_common.annotations import (
     BIND_PHASE_SUCCESS,
     DEVICES_ALLOCATED,
     MIG_ALLOCATIONS,
+    NODE_PLACEMENTS,
+    NODE_PLACEMENTS_BUS,
     NODE_REGISTER,
     NODE_SCORE,
     VGPU_NODE,
@@ -40,7 +42,7 @@ from hami_extender.families import Families, merge
 from hami_extender.handshake import NodeHandshakes
 from hami_extender.ledger import Booking, Ledger, Registration
 
-__all__ = ["FINISHED_PHASES", "LedgerSync", "booking_from", "registration_from"]
+__all__ = ["FINISHED_PHASES", "LedgerSync", "booking_from", "placed_over_bus", "registration_from"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +68,11 @@ def registration_from(node: Node) -> Registration | None:
                 "node %s: ignoring pair scores: %s", node.metadata.name, err, extra={logkeys.NODE: node.metadata.name}
             )
     return Registration(devices=devices, pair_scores=scores, cordoned=cordoned_devices(annotations))
+
+
+def placed_over_bus(node: Node | None) -> bool:
+    """Whether the node's allocator is ours, which takes placements over NATS (its node agent says so)."""
+    return node is not None and node.metadata.annotations.get(NODE_PLACEMENTS) == NODE_PLACEMENTS_BUS
 
 
 def _init_done(pod: Pod) -> bool:
