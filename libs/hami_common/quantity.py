@@ -6,6 +6,7 @@ exponent suffix. ``value`` rounds up as ``Quantity.Value()`` does; ``as_int`` is
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from fractions import Fraction
@@ -35,6 +36,7 @@ _MAX_LENGTH: Final = 128  # far beyond any int64 value in any notation
 _MAX_EXPONENT: Final = 64  # larger exponents overflow int64 anyway; refusing them bounds the work
 
 
+@functools.lru_cache(maxsize=1024)  # a cluster's pods name few distinct quantities; Filter reads them per pod
 def parse_quantity(text: str) -> Fraction:
     if len(text) > _MAX_LENGTH:  # also keeps int() below its digit limit
         raise InvalidInput(f"quantity longer than {_MAX_LENGTH} characters: {text[:20]}...")

@@ -101,6 +101,8 @@ class _Installed:
 
 _installed: _Installed | None = None
 # (service.name, service.instance.id) of the service whose body runs in this context (hami up), or None
+_TRACERS_KEPT: Final = 32
+_TRACERS: dict[tuple[object, tuple[str, str] | None], trace.Tracer] = {}  # see tracer()
 _SERVICE: Final[ContextVar[tuple[str, str] | None]] = ContextVar("hami_trace_service", default=None)
 
 
@@ -150,23 +152,36 @@ def service_scope(service_name: str, instance: str = "") -> Iterator[None]:
 
 
 def tracer() -> trace.Tracer:
-    """The tracer of the service running in this context (see :func:`service_scope`), else the process's."""
-    scope, installed = _SERVICE.get(), _installed
+    """The tracer of the service running in this context (see :func:`service_scope`), else the process's.
+
+    Kept per provider and scope: the SDK's ``get_tracer`` compiles a warnings filter on every call, which
+    was a tenth of a bind's CPU."""
+    scope, installed, current = _SERVICE.get(), _installed, trace.get_tracer_provider()
     # Only while the provider setup_tracing installed is still the global one (a test may install its own).
-    if scope is None or installed is None or trace.get_tracer_provider() is not installed.root:
-        return trace.get_tracer(spans.INSTRUMENTATION)
-    provider = installed.by_service.get(scope)
-    if provider is None:
-        service_name, instance = scope
-        attributes = {SERVICE_NAME: service_name} | ({SERVICE_INSTANCE_ID: instance} if instance else {})
-        provider = TracerProvider(
-            sampler=installed.sampler,
-            resource=installed.root.resource.merge(Resource(attributes)),
-            shutdown_on_exit=False,  # the processors are the root provider's: it shuts them down
-            active_span_processor=installed.processors,
-        )
-        installed.by_service[scope] = provider
-    return provider.get_tracer(spans.INSTRUMENTATION)
+    ours = scope is not None and installed is not None and current is installed.root
+    key = (current, scope if ours else None)
+    found = _TRACERS.get(key)
+    if found is not None:
+        return found
+    if not ours or installed is None or scope is None:
+        made = trace.get_tracer(spans.INSTRUMENTATION)
+    else:
+        provider = installed.by_service.get(scope)
+        if provider is None:
+            service_name, instance = scope
+            attributes = {SERVICE_NAME: service_name} | ({SERVICE_INSTANCE_ID: instance} if instance else {})
+            provider = TracerProvider(
+                sampler=installed.sampler,
+                resource=installed.root.resource.merge(Resource(attributes)),
+                shutdown_on_exit=False,  # the processors are the root provider's: it shuts them down
+                active_span_processor=installed.processors,
+            )
+            installed.by_service[scope] = provider
+        made = provider.get_tracer(spans.INSTRUMENTATION)
+    if len(_TRACERS) >= _TRACERS_KEPT:  # providers come and go in tests: never hold many
+        _TRACERS.clear()
+    _TRACERS[key] = made
+    return made
 
 
 def inject_headers(headers: MutableMapping[str, str], ctx: Context | None = None) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
+import msgspec
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -128,6 +129,29 @@ def test_a_withdrawn_booking_stays_withdrawn_until_the_pod_is_placed_anew() -> N
     ledger.withdraw("uid-p")
     sync.on_pod(Change("DELETED", p))
     assert ledger.withdrawn("uid-p") is None
+
+
+def test_a_status_write_does_not_book_back_a_placement_filter_has_replaced() -> None:
+    """A pod filtered again is reserved anew in memory before its patch lands; meanwhile the kubelet's status
+    writes arrive with the old annotations. They change nothing the ledger reads, so they are not decoded
+    again, and the new reservation stands (re-read, they booked the old cards back over it)."""
+    ledger = Ledger()
+    sync = LedgerSync(ledger)
+    sync.on_node(Change("ADDED", node("n1")))
+    old = pod("p", "n1", [[gpu("GPU-n1-1", 3000, 30)]], phase="Pending")
+    sync.on_pod(Change("ADDED", old))
+    again = booking_from(pod("p", "n1", [[gpu("GPU-n1-0", 3000, 30)]]))
+    assert again is not None
+    ledger.release("uid-p")
+    ledger.book(again)  # Filter's new reservation, its patch not seen yet
+    status = msgspec.structs.replace(old, status=PodStatus(phase="Pending", message="pulling"))
+    sync.on_pod(Change("MODIFIED", status, old))
+    booked = ledger.booking("uid-p")
+    assert booked is not None
+    assert booked.charges[0].uuid == "GPU-n1-0"
+    done = msgspec.structs.replace(old, status=PodStatus(phase="Failed"))
+    sync.on_pod(Change("MODIFIED", done, status))  # a phase the ledger reads: the pod holds nothing now
+    assert ledger.booking("uid-p") is None
 
 
 def test_a_malformed_annotation_is_counted_and_skipped() -> None:

@@ -12,6 +12,8 @@ from hami_common.errors import Conflict
 
 __all__ = ["Backoff", "Retried", "retry_on_conflict"]
 
+# One generator for every retry: a new Random() per call seeds itself from os.urandom, a cost on every write.
+_RNG = random.Random()
 S = TypeVar("S")
 R = TypeVar("R")
 
@@ -53,7 +55,7 @@ async def retry_on_conflict(
     """
     if attempts < 1:
         raise ValueError("attempts must be at least 1")
-    chooser = rng or random.Random()
+    chooser = rng or _RNG
     for attempt in range(attempts):
         current = await read()
         try:

@@ -75,6 +75,16 @@ def placed_over_bus(node: Node | None) -> bool:
     return node is not None and node.metadata.annotations.get(NODE_PLACEMENTS) == NODE_PLACEMENTS_BUS
 
 
+def _same_for_ledger(old: Pod, new: Pod) -> bool:
+    """Whether what :func:`booking_from` reads is unchanged: annotations, phase, init container outcomes."""
+    return (
+        old.metadata.uid == new.metadata.uid
+        and old.status.phase == new.status.phase
+        and old.metadata.annotations == new.metadata.annotations
+        and (not new.spec.init_containers or old.status.init_container_statuses == new.status.init_container_statuses)
+    )
+
+
 def _init_done(pod: Pod) -> bool:
     statuses = pod.status.init_container_statuses
     if not pod.spec.init_containers or len(statuses) < len(pod.spec.init_containers):
@@ -147,6 +157,8 @@ class LedgerSync:
             return
         if VGPU_NODE not in pod.metadata.annotations:
             return  # not ours yet; a reservation made by Filter stands until the patch is seen
+        if change.old is not None and _same_for_ledger(change.old, pod):
+            return  # a write the ledger does not read (the kubelet's status): nothing to decode again
         try:
             booking = booking_from(pod, self.families)
         except AnnotationError as err:
