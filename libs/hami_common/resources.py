@@ -7,6 +7,7 @@ does.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, Protocol
@@ -149,6 +150,22 @@ def _asks_any(c: ContainerResources, names: Sequence[str]) -> bool:
     return any(name in c.limits or name in c.requests for name in names)
 
 
+@functools.lru_cache(maxsize=1024)  # Filter reads every pod's few distinct quantities; fractions compare slowly
+def _whole_or_why(text: str, high: int, scale: int) -> int | str:
+    """The whole number ``text`` holds, or why it is not one that fits (see :func:`checked_whole`)."""
+    try:
+        number = parse_quantity(text)
+    except InvalidInput:
+        return "it is not a quantity"
+    if number < 0:
+        return "it is negative"
+    if number.denominator != 1:
+        return "it is not a whole number"
+    if number * scale > high:
+        return "it is too large"
+    return number.numerator
+
+
 def checked_whole(container: str, resource: str, text: str, *, high: int = INT32_MAX, scale: int = 1) -> int:
     """A managed quantity as HAMi's int32 request field holds it.
 
@@ -158,19 +175,9 @@ def checked_whole(container: str, resource: str, text: str, *, high: int = INT32
     asking for no device; we refuse it instead, at admission and at Filter, and nothing is bound without a
     placement.
     """
-    try:
-        number = parse_quantity(text)
-    except InvalidInput:
-        why = "it is not a quantity"
-    else:
-        if number < 0:
-            why = "it is negative"
-        elif number.denominator != 1:
-            why = "it is not a whole number"
-        elif number * scale > high:
-            why = "it is too large"
-        else:
-            return number.numerator
+    why = _whole_or_why(text, high, scale)
+    if isinstance(why, int):
+        return why
     raise InvalidInput(BAD_QUANTITY.format(resource=resource, value=text, name=container, why=why, high=high // scale))
 
 

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-import hami_common.vendors.ascend
-import hami_common.vendors.cambricon
-import hami_common.vendors.hygon  # noqa: F401
+from typing import Final
 
-__all__: list[str] = []
+from hami_common.vendors import ascend, cambricon, hygon
+
+__all__ = ["ORDER"]
+
+# The order the shipped families are listed in (their devices after NVIDIA's, in the placement table, ...),
+# whichever package was imported first.
+ORDER: Final = (ascend.__name__, cambricon.__name__, hygon.__name__)

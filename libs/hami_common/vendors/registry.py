@@ -26,6 +26,7 @@ class FamilySource:
     # the module that plays the family's device plugin for declared (fake) devices (:mod:`..plugin`), if any;
     # imported only when a node service asks for it
     plugin: str = ""
+    package: str = ""  # the family's package, which places a shipped family in :data:`.builtin.ORDER`
 
 
 _SOURCES: dict[str, FamilySource] = {}
@@ -41,9 +42,12 @@ def register(source: FamilySource) -> FamilySource:
 
 
 def _sources() -> tuple[FamilySource, ...]:
-    import hami_common.vendors.builtin  # noqa: F401  (registers the shipped families)
+    """The registered sources, the shipped ones in :data:`.builtin.ORDER` whichever was imported first (a
+    test or a tool may import one family's package early), then the others in registration order."""
+    from hami_common.vendors.builtin import ORDER  # importing it registers the shipped families
 
-    return tuple(_SOURCES.values())
+    rank = {package: i for i, package in enumerate(ORDER)}
+    return tuple(sorted(_SOURCES.values(), key=lambda s: rank.get(s.package, len(rank))))
 
 
 def plugin_modules() -> tuple[str, ...]:

@@ -26,4 +26,6 @@ __all__ = [
 ]
 
 
-register(FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw)), plugin=f"{__name__}.plugin"))
+register(
+    FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw)), plugin=f"{__name__}.plugin", package=__name__)
+)

@@ -27,4 +27,4 @@ def families(config: CambriconConfig | None) -> tuple[DeviceFamily, ...]:
     return () if config is None else (CambriconFamily(config),)
 
 
-register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin"))
+register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", package=__name__))

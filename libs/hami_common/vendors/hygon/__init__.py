@@ -42,4 +42,4 @@ def families(config: HygonConfig | None) -> tuple[DeviceFamily, ...]:
     return () if config is None else (HygonFamily(config),)
 
 
-register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin"))
+register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", package=__name__))
