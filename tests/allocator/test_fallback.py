@@ -306,29 +306,6 @@ async def test_a_placement_staged_after_the_fallback_served_it_is_not_handed_to_
     assert two.container("main").envs[envvars.NVIDIA_VISIBLE_DEVICES] == GPUS[1]
 
 
-async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kube: KubeClient, core: Any) -> None:
-    """The erasure first writes on the watch's copy of the pod; when that copy is behind the apiserver (here
-    it still shows container a's entry, erased meanwhile), the write is refused and made on a fresh read."""
-    await create(core, node_body(lock_holder=("default", "late")))
-    body = bound_pod_body("late", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
-    uid = await create(core, body)
-    stale = await kube.get_pod("default", "late")
-    rest = encode_pod_devices([[], [dev(GPUS[1], 2000, 20)]])  # container a served and erased meanwhile
-    await kube.patch_pod_annotations("default", "late", {DEVICES_TO_ALLOCATE: rest})
-    followup = FollowUp(NODE, pods=kube, nodes=kube, known_pod=lambda namespace, name: stale)
-    worker = asyncio.create_task(followup.run())
-    followup.submit(
-        Served(pod_uid=uid, namespace="default", name="late", container="b", device_uuids=(GPUS[1],), staged=True)
-    )
-    await followup.join()
-    worker.cancel()
-    annotations = (await kube.get_pod("default", "late")).metadata.annotations
-    assert not any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
-    assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
-    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
-    assert followup.failures == 0
-
-
 class _Counting:
     """The client, counting the reads and writes the follow-up makes of pods."""
 
@@ -350,6 +327,32 @@ class _Counting:
     async def patch_pod_guarded(self, namespace: str, name: str, ops: list[JsonPatchOp]) -> Pod:
         self.writes += 1
         return await self.kube.patch_pod_guarded(namespace, name, ops)
+
+
+async def test_follow_up_from_a_stale_copy_of_the_pod_erases_the_right_entry(kube: KubeClient, core: Any) -> None:
+    """The erasure first writes on the watch's copy of the pod; when that copy is behind the apiserver (here
+    it still shows container a's entry, erased meanwhile), the write is refused (its condition is the list it
+    erases from) and made once more on one fresh read, never on the stale list."""
+    await create(core, node_body(lock_holder=("default", "late")))
+    body = bound_pod_body("late", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
+    uid = await create(core, body)
+    stale = await kube.get_pod("default", "late")
+    rest = encode_pod_devices([[], [dev(GPUS[1], 2000, 20)]])  # container a served and erased meanwhile
+    await kube.patch_pod_annotations("default", "late", {DEVICES_TO_ALLOCATE: rest})
+    counting = _Counting(kube)
+    followup = FollowUp(NODE, pods=counting, nodes=kube, known_pod=lambda namespace, name: stale)
+    worker = asyncio.create_task(followup.run())
+    followup.submit(
+        Served(pod_uid=uid, namespace="default", name="late", container="b", device_uuids=(GPUS[1],), staged=True)
+    )
+    await followup.join()
+    worker.cancel()
+    annotations = (await kube.get_pod("default", "late")).metadata.annotations
+    assert not any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
+    assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
+    assert NODE_LOCK not in (await kube.get_node(NODE)).metadata.annotations
+    assert (counting.reads, counting.writes) == (1, 2)
+    assert followup.failures == 0
 
 
 async def test_follow_up_is_one_write_after_a_status_write_it_has_not_seen(kube: KubeClient, core: Any) -> None:
@@ -378,30 +381,6 @@ async def test_follow_up_is_one_write_after_a_status_write_it_has_not_seen(kube:
     assert pod.metadata.labels == {"app": "trainer", VGPU_NODE: NODE}
     assert (counting.reads, counting.writes) == (0, 2)
     assert followup.failures == 0
-
-
-async def test_follow_up_refused_by_a_changed_list_reads_the_pod_again(kube: KubeClient, core: Any) -> None:
-    """The condition holds where it matters: a list changed since the copy was read (another erasure) makes
-    the write fail and be made again on a fresh read, never on the stale list."""
-    await create(core, node_body())
-    body = bound_pod_body("p", {"a": [dev(GPUS[0], 1000, 10)], "b": [dev(GPUS[1], 2000, 20)]}, bind_time=10)
-    uid = await create(core, body)
-    stale = await kube.get_pod("default", "p")
-    await kube.patch_pod_annotations(
-        "default", "p", {DEVICES_TO_ALLOCATE: encode_pod_devices([[], [dev(GPUS[1], 2000, 20)]])}
-    )
-    counting = _Counting(kube)
-    followup = FollowUp(NODE, pods=counting, nodes=kube, known_pod=lambda namespace, name: stale)
-    worker = asyncio.create_task(followup.run())
-    followup.submit(
-        Served(pod_uid=uid, namespace="default", name="p", container="b", device_uuids=(GPUS[1],), staged=True)
-    )
-    await followup.join()
-    worker.cancel()
-    annotations = (await kube.get_pod("default", "p")).metadata.annotations
-    assert not any(decode_pod_devices(annotations[DEVICES_TO_ALLOCATE]))
-    assert annotations[BIND_PHASE] == BIND_PHASE_SUCCESS
-    assert (counting.reads, counting.writes) == (1, 2)
 
 
 async def test_follow_up_waits_out_an_apiserver_restart_then_records_and_releases(

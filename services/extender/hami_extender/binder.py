@@ -75,7 +75,7 @@ from hami_extender.sync import booking_from, placed_over_bus
 from hami_extender.timings import FilterTimes
 from hami_extender.wire import BindingArgs
 
-__all__ = ["BindPort", "Binder", "placed_over_bus", "placement_of"]
+__all__ = ["BindPort", "Binder", "placement_of"]
 
 UNLOCK_RETRY_S: Final = 1.0  # a lock that could not be removed is tried again after this long
 # A pod in these bind phases is bound, or being bound by a HAMi scheduler that patches them before binding.
