@@ -13,12 +13,14 @@ HOMES = (
     REPO_ROOT / "libs" / "hami_common" / "subjects.py",
     # A device family's own keys live once in its package (libs/hami_common/vendors/<family>/keys.py).
     *sorted((REPO_ROOT / "libs" / "hami_common" / "vendors").glob("*/keys.py")),
+    # the entry-point group the device families are found in ("hami.vendors"), named in pyproject.toml
+    REPO_ROOT / "libs" / "hami_common" / "vendors" / "registry.py",
 )
 FORBIDDEN_PREFIXES = ("hami.io/", "hami.")
 
 
 def _python_files() -> list[Path]:
-    roots = [REPO_ROOT / "libs", REPO_ROOT / "services", REPO_ROOT / "benchmarks"]
+    roots = [REPO_ROOT / "libs", REPO_ROOT / "services", REPO_ROOT / "harness", REPO_ROOT / "benchmarks"]
     return sorted(p for root in roots if root.is_dir() for p in root.rglob("*.py") if "_pb2" not in p.name)
 
 

@@ -12,7 +12,7 @@ A family package offers this with a module (named in its registration, :class:`~
 holding ``FAKE_VENDOR`` (its fake-inventory word, the device-config section that enables it, a chart-default
 model) and ``plugin(family)`` (a :class:`VendorPlugin` for that family, or None when the family is not its
 own). Services reach them only through :func:`plugins` and :func:`fake_vendors`, never by name; MetaX would
-add ``vendors/metax/plugin.py`` and name it where its package registers.
+add ``vendors/metax/plugin.py`` and name it in its :class:`~.registry.FamilySource`.
 Everything here is pure: pods, devices and a time in, annotations and an answer out.
 """
 

@@ -1,20 +1,40 @@
-"""Which device families exist and which a device config enables: the one place a family is registered.
+"""Which device families exist and which a device config enables: the one place a family is found.
 
-A family package registers a :class:`FamilySource` when it is imported: the device-config section it reads
-and how that section (``None`` when absent) becomes its enabled families. :mod:`.builtin` imports the
-families this project ships, one line each; adding a vendor is its package plus that line. Services never
-name a family: they ask :func:`configured` through the device config.
+A family package offers one :class:`FamilySource` (the device-config section it reads and how that section,
+``None`` when absent, becomes its enabled families) and names it in its distribution's ``hami.vendors``
+entry-point group (pyproject.toml)::
+
+    [project.entry-points."hami.vendors"]
+    metax = "hami_metax:SOURCE"
+
+This module loads that group the first time a family is asked for; it imports no family itself, so a
+family package may import it without an import circle. Adding a vendor is its package plus that line.
+Services never name a family: they ask :func:`configured` through the device config.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Final
 
 from hami_common.errors import InvalidInput
 from hami_common.vendors._family import DeviceFamily
 
-__all__ = ["FamilySource", "configured", "plugin_modules", "register", "registered_sections"]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FamilySource",
+    "configured",
+    "plugin_modules",
+    "register",
+    "registered_sections",
+]
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP: Final = "hami.vendors"
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,14 +46,17 @@ class FamilySource:
     # the module that plays the family's device plugin for declared (fake) devices (:mod:`..plugin`), if any;
     # imported only when a node service asks for it
     plugin: str = ""
-    package: str = ""  # the family's package, which places a shipped family in :data:`.builtin.ORDER`
+    # where the family's devices are listed among the others (in the placement table, in a node's registration
+    # order, ...): lower first, then by section; the shipped families take 10, 20, 30
+    rank: int = 100
 
 
 _SOURCES: dict[str, FamilySource] = {}
+_loaded = False
 
 
 def register(source: FamilySource) -> FamilySource:
-    """Called by a family package at import; registering the same section twice is a programming error."""
+    """Add a source besides the entry points (a test's fake family); the same section twice is refused."""
     known = _SOURCES.get(source.section)
     if known is not None and known is not source:
         raise RuntimeError(f"device-config section {source.section!r} is registered twice")
@@ -41,17 +64,28 @@ def register(source: FamilySource) -> FamilySource:
     return source
 
 
-def _sources() -> tuple[FamilySource, ...]:
-    """The registered sources, the shipped ones in :data:`.builtin.ORDER` whichever was imported first (a
-    test or a tool may import one family's package early), then the others in registration order."""
-    from hami_common.vendors.builtin import ORDER  # importing it registers the shipped families
+def _load_entry_points() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        source = point.load()
+        if not isinstance(source, FamilySource):
+            raise TypeError(f"entry point {point.name} = {point.value} ({ENTRY_POINT_GROUP}) is not a FamilySource")
+        register(source)
+    if not _SOURCES:
+        # only a checkout used without installing it (pip install -e .) has no entry points
+        log.warning("no device family found in the %r entry points: is the package installed?", ENTRY_POINT_GROUP)
 
-    rank = {package: i for i, package in enumerate(ORDER)}
-    return tuple(sorted(_SOURCES.values(), key=lambda s: rank.get(s.package, len(rank))))
+
+def _sources() -> tuple[FamilySource, ...]:
+    _load_entry_points()
+    return tuple(sorted(_SOURCES.values(), key=lambda s: (s.rank, s.section)))
 
 
 def plugin_modules() -> tuple[str, ...]:
-    """The registered families' plugin modules, in registration order."""
+    """The registered families' plugin modules, in their order."""
     return tuple(s.plugin for s in _sources() if s.plugin)
 
 
@@ -60,8 +94,8 @@ def registered_sections() -> frozenset[str]:
 
 
 def configured(sections: Mapping[str, object]) -> tuple[DeviceFamily, ...]:
-    """Every family the device config's sections enable, in registration order; InvalidInput names the
-    section of a bad value, and two families claiming one common word is refused."""
+    """Every family the device config's sections enable, in their order; InvalidInput names the section of a
+    bad value, and two families claiming one common word is refused."""
     families: list[DeviceFamily] = []
     for source in _sources():
         if source.section not in sections:

@@ -11,10 +11,11 @@ from hami_common.vendors.ascend.config import (
     parse_vnpus,
 )
 from hami_common.vendors.ascend.family import AscendFamily, NpuRuntime, families
-from hami_common.vendors.registry import FamilySource, register
+from hami_common.vendors.registry import FamilySource
 
 __all__ = [
     "CHART_CHIPS",
+    "SOURCE",
     "VNPUS_SECTION",
     "AscendConfig",
     "AscendFamily",
@@ -26,6 +27,5 @@ __all__ = [
 ]
 
 
-register(
-    FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw)), plugin=f"{__name__}.plugin", package=__name__)
-)
+# named in pyproject.toml's "hami.vendors" entry points
+SOURCE = FamilySource(VNPUS_SECTION, lambda raw: families(parse_vnpus(raw)), plugin=f"{__name__}.plugin", rank=10)

@@ -6,10 +6,11 @@ from hami_common.vendors._family import DeviceFamily
 from hami_common.vendors.cambricon.config import SECTION, CambriconConfig, parse_section
 from hami_common.vendors.cambricon.family import CambriconFamily, devices_from_capacity, dsmlu_profile
 from hami_common.vendors.cambricon.lock import LockAction, LockDecision, lock_decision
-from hami_common.vendors.registry import FamilySource, register
+from hami_common.vendors.registry import FamilySource
 
 __all__ = [
     "SECTION",
+    "SOURCE",
     "CambriconConfig",
     "CambriconFamily",
     "LockAction",
@@ -27,4 +28,5 @@ def families(config: CambriconConfig | None) -> tuple[DeviceFamily, ...]:
     return () if config is None else (CambriconFamily(config),)
 
 
-register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", package=__name__))
+# named in pyproject.toml's "hami.vendors" entry points
+SOURCE = FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", rank=20)

@@ -16,10 +16,11 @@ from hami_common.vendors.hygon.allocate import (
 from hami_common.vendors.hygon.config import SECTION, HygonConfig, parse_section
 from hami_common.vendors.hygon.family import HygonFamily
 from hami_common.vendors.hygon.register import decode_register, encode_register
-from hami_common.vendors.registry import FamilySource, register
+from hami_common.vendors.registry import FamilySource
 
 __all__ = [
     "SECTION",
+    "SOURCE",
     "AllocateContract",
     "DeviceNode",
     "DrmNodes",
@@ -42,4 +43,5 @@ def families(config: HygonConfig | None) -> tuple[DeviceFamily, ...]:
     return () if config is None else (HygonFamily(config),)
 
 
-register(FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", package=__name__))
+# named in pyproject.toml's "hami.vendors" entry points
+SOURCE = FamilySource(SECTION, lambda raw: families(parse_section(raw)), plugin=f"{__name__}.plugin", rank=30)
