@@ -21,6 +21,7 @@ RUN python -m venv /opt/hami
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY libs/ libs/
+COPY harness/ harness/
 COPY services/ services/
 # The device-plugin gRPC stubs are generated in the build, never committed.
 RUN /opt/hami/bin/pip install grpcio-tools \

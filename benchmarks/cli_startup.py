@@ -27,7 +27,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("libs", *(f"services/{s}" for s in ("webhook", "extender", "allocator", "nodeagent", "metrics", "natsauth")))
+SOURCES = (
+    "libs",
+    "harness",
+    *(f"services/{s}" for s in ("webhook", "extender", "allocator", "nodeagent", "metrics", "natsauth")),
+)
 READY = "adds pods"
 GENERATED = Path("libs/hami_common/deviceplugin")
 HAMI = (sys.executable, "-c", "import sys; from hami_cli.main import main; sys.exit(main())")  # whichever tree's
@@ -39,7 +43,9 @@ def _env(tree: Path) -> dict[str, str]:
 
 def _status_module(tree: Path) -> str:
     # before issue 31 the command lived in hami_cli.submit
-    text = (tree / "libs" / "hami_cli" / "main.py").read_text()
+    # and before issue 30 under libs/ rather than harness/
+    places = (tree / "harness" / "hami_cli" / "main.py", tree / "libs" / "hami_cli" / "main.py")
+    text = next(p for p in places if p.exists()).read_text()
     return "hami_cli.status" if "from hami_cli.status import status_main" in text else "hami_cli.submit"
 
 

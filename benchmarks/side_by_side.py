@@ -27,7 +27,11 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
-SOURCES = ("libs", *(f"services/{s}" for s in ("webhook", "extender", "allocator", "nodeagent", "metrics", "natsauth")))
+SOURCES = (
+    "libs",
+    "harness",
+    *(f"services/{s}" for s in ("webhook", "extender", "allocator", "nodeagent", "metrics", "natsauth")),
+)
 GENERATED = Path("libs/hami_common/deviceplugin")
 NATIVE = Path("native/vgpu")
 
