@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "vgpu.h"
+#include "memory.h"
 
 enum { SHARDS = 64, FIRST_CAPACITY = 16 };
 

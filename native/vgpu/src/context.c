@@ -28,7 +28,11 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "driver.h"
 #include "shared_cache.h"
+#include "memory.h"
+#include "hooks.h"
 
 enum { MAX_LISTED = 256 };
 

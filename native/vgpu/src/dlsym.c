@@ -13,10 +13,11 @@
  * the pointer it returns is then swapped for our wrapper of that very function.
  */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "vgpu.h"
+#include "driver.h"
 
 typedef void *(*dlsym_fn)(void *, const char *);
 

@@ -3,7 +3,14 @@
  * reserved against the limit before the real call (so the limit is never passed, even for a moment),
  * recorded by pointer/handle after it, and un-accounted by the matching free.
  */
-#include "vgpu.h"
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "driver.h"
+#include "shared_cache.h"
+#include "memory.h"
+#include "hooks.h"
 
 #define REAL_OR_RETURN(n, err)                \
     do {                                      \

@@ -4,7 +4,11 @@
  * limit is in force, the monitor is not blocking us and the sampler has already heard about a launch
  * since its last tick, so the launch goes straight to the driver.
  */
-#include "vgpu.h"
+#include <stdatomic.h>
+
+#include "config.h"
+#include "driver.h"
+#include "throttle.h"
 
 /* Each hook is a pure tail call into the driver when the gate is open; everything else lives in a
  * separate cold function so the hot path needs no stack frame. */

@@ -20,6 +20,8 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "driver.h"
 #include "shared_cache.h"
 
 enum { MAX_LISTED = 256 };

@@ -1,30 +1,31 @@
 /*
- * The one init path. vgpu_ensure_init() (pthread_once) fills the table of real entry points and loads
- * the limits; vgpu_ensure_attached() then joins the shared cache, once per process and again in a fork
- * child. Both run lazily from the hooks, never from a constructor: HAMi installs the library through
+ * The one init path, and layer 7 (init), the top: the one file that knows every layer and wires them
+ * together. vgpu_ensure_init() (pthread_once) fills the table of real entry points and loads the limits;
+ * vgpu_ensure_attached() then joins the shared cache, once per process and again in a fork child. Both
+ * run lazily from the hooks, never from a constructor: HAMi installs the library through
  * /etc/ld.so.preload, so it is loaded into every process of the container (shells, ls, ...), and only
- * processes that actually call the driver should dlopen it or take a slot.
+ * processes that actually call the driver should dlopen it or take a slot. (Nor could a constructor
+ * register them in time: the constructors of the libraries a program links run before a preloaded
+ * library's, and may call the driver.) So the layers below reach them through vgpu_startup (driver.h),
+ * defined at the bottom of this file, and this file hands the driver layer the table of our hooks.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <pthread.h>
 #include <signal.h>
-#include <string.h>
 #include <time.h>
 
-#include "vgpu.h"
+#include "config.h"
+#include "driver.h"
+#include "shared_cache.h"
+#include "memory.h"
+#include "throttle.h"
 
-#define AS_NAME(n) #n,
+/* Our function for each hooked name (the exported hooks of every layer, declared by include/). */
 #define AS_FN(n) (void *)&n,
-const char *const vgpu_fn_name[VGPU_FN_COUNT] = {VGPU_CUDA_HOOKS(AS_NAME) VGPU_NVML_HOOKS(AS_NAME)
-                                                     VGPU_CUDA_CALLS(AS_NAME) VGPU_NVML_CALLS(AS_NAME)};
-void *const vgpu_hook_fn[VGPU_HOOK_COUNT] = {VGPU_CUDA_HOOKS(AS_FN) VGPU_NVML_HOOKS(AS_FN)};
-void *vgpu_real[VGPU_FN_COUNT];
-int vgpu_device_count;
+static void *const hook_fn[VGPU_HOOK_COUNT] = {VGPU_CUDA_HOOKS(AS_FN) VGPU_NVML_HOOKS(AS_FN)};
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 static pthread_mutex_t attach_mu = PTHREAD_MUTEX_INITIALIZER;
-atomic_int vgpu_attached;
 static atomic_bool exiting;
 
 static void before_fork(void) {
@@ -51,33 +52,13 @@ static void after_fork_child(void) {
     pthread_mutex_unlock(&attach_mu);
 }
 
-static void load_reals(void) {
-    void *cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NODELETE);
-    void *nvml = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_NODELETE);
-    if (!cuda)
-        vgpu_log(VGPU_LOG_WARN, "libcuda.so.1 not found: %s", dlerror());
-    for (int i = 0; i < VGPU_FN_COUNT; i++) {
-        void *h = strncmp(vgpu_fn_name[i], "nvml", 4) == 0 ? nvml : cuda;
-        void *p = h ? vgpu_real_dlsym(h, vgpu_fn_name[i]) : NULL;
-        if (!p) /* e.g. the driver is already loaded under another name: whatever follows us */
-            p = vgpu_real_dlsym(RTLD_NEXT, vgpu_fn_name[i]);
-        vgpu_real[i] = (i < VGPU_HOOK_COUNT && p == vgpu_hook_fn[i]) ? NULL : p; /* never call ourselves */
-    }
-}
-
 static void do_init(void) {
     vgpu_config_load(&vgpu_config);
-    load_reals();
+    vgpu_driver_load(hook_fn);
     pthread_atfork(before_fork, after_fork_parent, after_fork_child);
 }
 
-void vgpu_ensure_init(void) { pthread_once(&init_once, do_init); }
-
-void vgpu_refresh_device_count(void) {
-    int n = 0;
-    if (HAVE_REAL(cuDeviceGetCount) && REAL(cuDeviceGetCount)(&n) == CUDA_SUCCESS && n > 0)
-        __atomic_store_n(&vgpu_device_count, n, __ATOMIC_RELEASE);
-}
+static void ensure_init(void) { pthread_once(&init_once, do_init); }
 
 /* HAMi-core's suspend and resume: SIGUSR2 sets the slot's status to 2 and holds every hooked call (and
  * every launch, through the launch gate) until SIGUSR1 sets it back to 1. Unlike HAMi-core, an
@@ -116,7 +97,7 @@ static void wait_while_suspended(void) {
     }
 }
 
-void vgpu_ensure_attached(void) {
+static void ensure_attached(void) {
     int state = atomic_load_explicit(&vgpu_attached, memory_order_acquire);
     if (VGPU_LIKELY(state == VGPU_RUNNING))
         return;
@@ -124,7 +105,7 @@ void vgpu_ensure_attached(void) {
         wait_while_suspended();
         return;
     }
-    vgpu_ensure_init();
+    ensure_init();
     if (atomic_load(&exiting))
         return;
     pthread_mutex_lock(&attach_mu);
@@ -143,18 +124,11 @@ void vgpu_ensure_attached(void) {
     pthread_mutex_unlock(&attach_mu);
 }
 
-int vgpu_current_device(void) {
-    if (__atomic_load_n(&vgpu_device_count, __ATOMIC_RELAXED) == 1)
-        return 0; /* the common case costs no driver call */
-    CUdevice d;
-    if (HAVE_REAL(cuCtxGetDevice) && REAL(cuCtxGetDevice)(&d) == CUDA_SUCCESS)
-        return d;
-    return -1;
-}
-
 /* Exit: give the slot back so the container's usage drops at once. Later hook calls from threads still
  * running pass through unaccounted instead of re-attaching. */
 __attribute__((destructor)) static void vgpu_fini(void) {
     atomic_store(&exiting, true);
     vgpu_cache_detach();
 }
+
+const struct vgpu_startup vgpu_startup = {.ensure_init = ensure_init, .ensure_attached = ensure_attached};

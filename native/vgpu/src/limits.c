@@ -20,7 +20,7 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "vgpu.h"
+#include "config.h"
 
 #ifndef VGPU_LIMITS_FILE
 #define VGPU_LIMITS_FILE "/etc/vgpu/limits"

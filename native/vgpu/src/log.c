@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "vgpu.h"
+#include "config.h"
 
 int vgpu_log_level = VGPU_LOG_WARN;
 

@@ -24,7 +24,9 @@
 #include <sched.h>
 #include <time.h>
 
+#include "config.h"
 #include "shared_cache.h"
+#include "memory.h"
 
 uint64_t vgpu_limit[VGPU_MAX_DEVICES];
 

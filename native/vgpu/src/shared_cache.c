@@ -29,10 +29,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "driver.h"
 #include "shared_cache.h"
 
 struct vgpu_region *vgpu_region;
 _Atomic(struct vgpu_slot *) vgpu_my_slot;
+atomic_int vgpu_attached;
 
 static int cache_fd = -1;
 static bool file_backed;

@@ -1,4 +1,7 @@
 /*
+ * Layer 3, shared cache: the file every process of the container shares (shared_cache.c) and this
+ * process's host PID, which its slot records (hostpid.c). Above the driver.
+ *
  * The shared-cache file, byte-compatible with HAMi-core's shared_region_t version 1.2 (the offsets below
  * are asserted against the spec's table). Fields are plain integers accessed with __atomic builtins; the
  * file is shared by every process of the container and read by HAMi's vGPU monitor.
@@ -17,10 +20,12 @@
 #define VGPU_SHARED_CACHE_H
 
 #include <semaphore.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "vgpu.h"
+#include "config.h"
 
 #define VGPU_MAGIC 19920718
 #define VGPU_MAJOR 1
@@ -102,5 +107,34 @@ _Static_assert(sizeof(struct vgpu_region) == 2008952, "shared_region_t");
 #define VGPU_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define VGPU_LOAD_RELAXED(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define VGPU_STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+
+/* ---- shared_cache.c ---- */
+extern struct vgpu_region *vgpu_region;
+extern _Atomic(struct vgpu_slot *) vgpu_my_slot;
+void vgpu_cache_attach(void);
+void vgpu_cache_detach(void);
+void vgpu_cache_record_devices(int count);
+void vgpu_cache_before_fork(void);
+void vgpu_cache_after_fork_parent(void);
+void vgpu_cache_after_fork_child(void);
+int vgpu_cache_reclaim_dead_locked(void); /* caller holds the lock; returns slots freed */
+void vgpu_cache_raise_kernel_time(uint64_t now);
+void vgpu_cache_mark_started(void);
+void vgpu_cache_set_status(int32_t status); /* this process's slot; async-signal-safe */
+void vgpu_cache_lock(void);
+void vgpu_cache_unlock(void);
+/* Where this process stands: written by init.c only (attach, fork, the suspend and resume signals), read
+ * on the way into the layers above. */
+enum { VGPU_DETACHED = 0, VGPU_RUNNING = 1, VGPU_SUSPENDED = 2 }; /* SIGUSR2 suspends, SIGUSR1 resumes */
+extern atomic_int vgpu_attached;
+
+/* ---- hostpid.c ---- */
+enum { VGPU_LOOK_AT_INIT = 1u, VGPU_LOOK_AT_LAUNCH = 2u }; /* the one-shot looks for the host PID */
+int32_t vgpu_host_pid(void);              /* the PID NVML lists this process under; 0 until known */
+void vgpu_host_pid_found(int32_t pid);    /* records it (the first finding stands) in the slot too */
+void vgpu_host_pid_look(void);            /* one NVML listing: our own PID in it is ours */
+void vgpu_host_pid_look_once(unsigned stage); /* the listing, once per stage and process, if unknown */
+void vgpu_host_pid_before_fork(void);
+void vgpu_host_pid_after_fork(bool child);
 
 #endif

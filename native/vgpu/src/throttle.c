@@ -21,7 +21,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "config.h"
+#include "driver.h"
 #include "shared_cache.h"
+#include "throttle.h"
 
 enum { TICK_THROTTLED_MS = 50, TICK_IDLE_MS = 500, MAX_SAMPLES = 256 };
 /* Tokens, allowances and the launched count are in 1/256 of a thread block, so an allowance can sit
