@@ -20,7 +20,7 @@ from hami_common.events import DeviceSample, NodeInventory, PodEnded, UsageMessa
 from hami_common.inventory import FakeInventory, NvmlInventory
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.staging import StagingStore
-from hami_nodeagent.agent import NodeAgent
+from hami_nodeagent.agent import NodeAgent, run_connected
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_sim.sharedcache_writer import write_cache
 from hami_sim.waiting import eventually
@@ -157,3 +157,34 @@ def test_command_line_with_nvml_and_no_driver_stops_instead_of_falling_back(tmp_
     done = _main("--node-name", NODE, "--inventory", "nvml", env={"HAMI_FAKE_INVENTORY": str(tmp_path / "x.yaml")})
     assert done.returncode == 69  # EX_UNAVAILABLE: the configured backend cannot start
     assert "NVML" in done.stderr
+
+
+async def test_agent_starts_again_on_a_new_connection_when_nats_py_closed_its_own(
+    settings: NodeAgentSettings, kube: KubeClient, node: str, bus: Bus
+) -> None:
+    """nats-py closes a connection for good when a reconnect is refused; placements must still be staged."""
+    connections: list[Bus] = []
+
+    async def connect(s: NodeAgentSettings) -> Bus:
+        connections.append(await Bus.connect(s))
+        return connections[-1]
+
+    stop = asyncio.Event()
+    inventory = FakeInventory(settings.fake_inventory, NODE)
+    running = asyncio.create_task(run_connected(settings, kube, inventory, stop, connect))
+    store = StagingStore(settings.staging_dir)
+    await bus.ensure_stream(placement_stream())
+    try:
+        first = await create_pod(kube, "before")
+        await bus.publish_durable(subjects.placement(NODE), decision(first), msg_id=first)
+        await eventually(lambda: store.get(first), what="first placement staged")
+        await connections[0].drain()  # closed for good, as nats-py leaves it
+        second = await create_pod(kube, "after")
+        await bus.publish_durable(subjects.placement(NODE), decision(second), msg_id=second)
+        await eventually(lambda: store.get(second), what="placement staged over the new connection")
+        assert len(connections) == 2
+        assert not connections[1].closed
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+    assert connections[1].closed  # drained at the end

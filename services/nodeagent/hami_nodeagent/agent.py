@@ -8,8 +8,10 @@ the process body ``main`` runs: it opens the inventory, NATS and the apiserver, 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
@@ -30,13 +32,14 @@ from hami_nodeagent.registration import Registrar
 from hami_nodeagent.settings import NodeAgentSettings
 from hami_nodeagent.usage import UsageMonitor
 
-__all__ = ["COMPONENT", "NodeAgent", "device_config", "serve"]
+__all__ = ["COMPONENT", "NodeAgent", "device_config", "run_connected", "serve"]
 
 log = logging.getLogger(__name__)
 
 COMPONENT: Final = "hami-nodeagent"
 _RETRY_FIRST_S: Final = 0.25
 _RETRY_MAX_S: Final = 10.0
+_CLOSED_POLL_S: Final = 1.0  # how often the agent looks whether nats-py gave its connection up
 
 
 def device_config(settings: NodeAgentSettings) -> NodeDeviceConfig:
@@ -138,12 +141,44 @@ class NodeAgent:
                 task.cancel()
 
 
+async def _halt_when_closed(bus: Bus, stop: asyncio.Event, halt: asyncio.Event) -> None:
+    """Set ``halt`` when ``stop`` is set or the connection is closed for good."""
+    while not bus.closed:
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CLOSED_POLL_S):
+                await stop.wait()
+                break
+    halt.set()
+
+
+async def run_connected(
+    settings: NodeAgentSettings,
+    kube: KubeClient,
+    inventory: GpuInventory,
+    stop: asyncio.Event,
+    connect: Callable[[NodeAgentSettings], Awaitable[Bus]] = Bus.connect,
+) -> None:
+    """Run the agent until ``stop`` is set. nats-py gives a connection up for good when a reconnect is refused
+    (seen when the auth callout answered too slowly under load), and a closed connection never delivers a
+    placement again: then the agent's parts stop and start again on a new connection."""
+    while not stop.is_set():
+        async with await connect(settings) as bus:
+            halt = asyncio.Event()
+            watcher = asyncio.create_task(_halt_when_closed(bus, stop, halt), name="nats-closed")
+            try:
+                await NodeAgent(settings, bus, kube, inventory).run(halt)
+            finally:
+                watcher.cancel()
+        if not stop.is_set():
+            log.warning("the NATS connection was closed for good; starting again on a new one")
+
+
 async def serve(settings: NodeAgentSettings, stop: asyncio.Event) -> None:
     inventory = await asyncio.to_thread(
         open_inventory, settings.inventory, node=settings.node_name, fake_file=settings.fake_inventory
     )
     try:
-        async with await Bus.connect(settings) as bus, KubeClient.from_settings(settings) as kube:
-            await NodeAgent(settings, bus, kube, inventory).run(stop)
+        async with KubeClient.from_settings(settings) as kube:
+            await run_connected(settings, kube, inventory, stop)
     finally:
         inventory.close()
