@@ -143,3 +143,17 @@ def test_the_policy_refuses_a_tenant_writing_a_familys_placement_annotation(
         assert verdict == celpy.celtypes.BoolType(False), f"{key}: a tenant may set it"
     plain = {"annotations": annotations, "newAnnotations": {"team": "a"}, "oldAnnotations": {}}
     assert _evaluate(guard, {"variables": plain}) == celpy.celtypes.BoolType(True)
+
+
+def test_the_policy_lets_a_write_keeping_every_annotation_pass_and_still_refuses_a_removal(dev: Rendering) -> None:
+    """The two maps compared first (the kubelet's status writes keep them equal), then key by key."""
+    policy = _policy(dev)
+    annotations = _evaluate(_variable(policy, "annotations"), {})
+    guard = policy["spec"]["validations"][0]["expression"]
+    placed = {"hami.io/vgpu-node": "n1", "team": "a"}
+    kept = {"annotations": annotations, "newAnnotations": dict(placed), "oldAnnotations": dict(placed)}
+    assert _evaluate(guard, {"variables": kept}) == celpy.celtypes.BoolType(True)
+    removed = {"annotations": annotations, "newAnnotations": {"team": "a"}, "oldAnnotations": dict(placed)}
+    assert _evaluate(guard, {"variables": removed}) == celpy.celtypes.BoolType(False)
+    relabelled = {"annotations": annotations, "newAnnotations": {**placed, "team": "b"}, "oldAnnotations": placed}
+    assert _evaluate(guard, {"variables": relabelled}) == celpy.celtypes.BoolType(True)
