@@ -17,7 +17,7 @@ import shutil
 import ssl
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Final, Self
@@ -233,7 +233,7 @@ class ControlPlane:
     ) -> None:
         self.close()
 
-    def _start_peer(self, peer: Peer, ready: Any, new_ports: Any) -> None:
+    def _start_peer(self, peer: Peer, ready: Callable[[], bool], new_ports: Callable[[], None]) -> None:
         """Start ``peer`` and wait for it; a first start that lost its port to another process between
         free_port() and the bind ("address already in use": seen in CI) is tried again on new ports."""
         for attempt in range(_PORT_TRIES):
@@ -265,7 +265,7 @@ class ControlPlane:
         self.port = free_port()
         _set_flags(self.apiserver.argv, {"--secure-port": str(self.port)})
 
-    def _wait(self, ready: Any, what: str, peer: Peer) -> None:
+    def _wait(self, ready: Callable[[], bool], what: str, peer: Peer) -> None:
         deadline = time.monotonic() + _READY_TIMEOUT_S
         while time.monotonic() < deadline:
             if not peer.running:
