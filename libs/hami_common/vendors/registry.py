@@ -28,7 +28,6 @@ __all__ = [
     "FamilySource",
     "configured",
     "plugin_modules",
-    "register",
     "registered_sections",
 ]
 
@@ -55,13 +54,12 @@ _SOURCES: dict[str, FamilySource] = {}
 _loaded = False
 
 
-def register(source: FamilySource) -> FamilySource:
-    """Add a source besides the entry points (a test's fake family); the same section twice is refused."""
+def _register(source: FamilySource) -> None:
+    """Two distributions offering one device-config section is refused."""
     known = _SOURCES.get(source.section)
     if known is not None and known is not source:
         raise RuntimeError(f"device-config section {source.section!r} is registered twice")
     _SOURCES[source.section] = source
-    return source
 
 
 def _load_entry_points() -> None:
@@ -73,7 +71,7 @@ def _load_entry_points() -> None:
         source = point.load()
         if not isinstance(source, FamilySource):
             raise TypeError(f"entry point {point.name} = {point.value} ({ENTRY_POINT_GROUP}) is not a FamilySource")
-        register(source)
+        _register(source)
     if not _SOURCES:
         # only a checkout used without installing it (pip install -e .) has no entry points
         log.warning("no device family found in the %r entry points: is the package installed?", ENTRY_POINT_GROUP)
