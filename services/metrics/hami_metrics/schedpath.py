@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, NamedTuple
 
 from hami_common.events import AdmissionEvent, AllocationResult, PlacementDecision
 from hami_metrics.histogram import Histogram
@@ -26,6 +26,7 @@ __all__ = [
     "ADMISSION_OTHER_NAMESPACE",
     "MAX_ADMISSION_NAMESPACES",
     "PathStats",
+    "PendingAdmission",
     "on_admission",
     "on_allocation",
     "on_placement",
@@ -55,6 +56,15 @@ MAX_ADMISSION_NAMESPACES: Final = 1000  # namespaces with a label of their own; 
 _EMPTY: Final = Histogram()
 
 
+class PendingAdmission(NamedTuple):
+    """A GPU pod the webhook admitted that has no placement yet (the web page lists it as waiting)."""
+
+    at_ns: int  # when the webhook admitted it
+    seen_ns: int  # when the aggregator heard of it
+    namespace: str = ""
+    name: str = ""
+
+
 @dataclass(frozen=True, slots=True)
 class PathStats:
     """Cumulative scheduling-path figures (counters and histograms only grow)."""
@@ -70,7 +80,7 @@ class PathStats:
     bind_to_allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
     allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
     delivery_lag: Mapping[str, Histogram] = field(default_factory=dict)  # bus kind -> seconds
-    pending_admissions: Mapping[str, tuple[int, int]] = field(default_factory=dict)  # uid -> (at_ns, seen_ns)
+    pending_admissions: Mapping[str, PendingAdmission] = field(default_factory=dict)  # by pod uid
 
 
 def _seconds(ns: int) -> float:
@@ -116,7 +126,7 @@ def on_admission(path: PathStats, ev: AdmissionEvent, now_ns: int) -> PathStats:
     path = replace(with_lag(path, KIND_ADMISSION, ev.at_ns, now_ns), admissions=admissions, admission_seen=seen)
     if ev.allowed and ev.gpu_containers > 0:  # only GPU pods reach our bind
         pending = dict(path.pending_admissions)
-        pending[ev.pod_uid] = (ev.at_ns, now_ns)
+        pending[ev.pod_uid] = PendingAdmission(ev.at_ns, now_ns, ev.namespace, ev.name)
         path = replace(path, pending_admissions=pending)
     return path
 
@@ -127,7 +137,7 @@ def on_placement(path: PathStats, ev: PlacementDecision, now_ns: int) -> PathSta
     pending = path.pending_admissions.get(ev.pod_uid)
     if pending is not None:
         changes["pending_admissions"] = {uid: v for uid, v in path.pending_admissions.items() if uid != ev.pod_uid}
-        changes["admission_to_bind"] = path.admission_to_bind.observe(_seconds(ev.bind_time_ns - pending[0]))
+        changes["admission_to_bind"] = path.admission_to_bind.observe(_seconds(ev.bind_time_ns - pending.at_ns))
     if isinstance(ev, PlacementDecision):
         for name, ns in (("filter", ev.filter_ns), ("bind", ev.bind_ns), ("handoff_wait", ev.handoff_wait_ns)):
             if ns is not None:

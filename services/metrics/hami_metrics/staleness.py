@@ -40,8 +40,8 @@ def expire(state: ClusterState, now_ns: int, retention: Retention) -> ClusterSta
         nodes.append((name, trimmed))
     path = state.path
     admission_cutoff = now_ns - retention.admission_horizon_ns
-    if any(seen < admission_cutoff for _, seen in path.pending_admissions.values()):
-        kept = {uid: v for uid, v in path.pending_admissions.items() if v[1] >= admission_cutoff}
+    if any(p.seen_ns < admission_cutoff for p in path.pending_admissions.values()):
+        kept = {uid: p for uid, p in path.pending_admissions.items() if p.seen_ns >= admission_cutoff}
         path = replace(path, pending_admissions=kept)
         changed = True
     retired = retire_namespaces(path, now_ns - retention.admission_namespace_staleness_ns)
