@@ -14,6 +14,15 @@ RUN make -C native/vgpu build/libvgpu.so \
  && install -D -m 0644 native/vgpu/build/libvgpu.so /out/vgpu/libvgpu.so \
  && printf '/usr/local/vgpu/libvgpu.so\n' > /out/vgpu/ld.so.preload
 
+# --- the web page's charting library, from webui/package-lock.json (as `make webui` builds it) -----------
+FROM node:20-bookworm-slim AS webui
+WORKDIR /webui
+COPY webui/package.json webui/package-lock.json ./
+RUN npm ci --ignore-scripts --no-audit --no-fund \
+ && mkdir -p /out \
+ && cp node_modules/uplot/dist/uPlot.iife.min.js node_modules/uplot/dist/uPlot.min.css /out/ \
+ && cp node_modules/uplot/LICENSE /out/uPlot.LICENSE
+
 # --- the Python package and its dependencies, in a virtual environment -----------------------------------
 FROM ${PYTHON_IMAGE} AS python
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
@@ -23,6 +32,7 @@ COPY pyproject.toml README.md ./
 COPY libs/ libs/
 COPY harness/ harness/
 COPY services/ services/
+COPY --from=webui /out/ services/metrics/hami_metrics/static/vendor/
 # The device-plugin gRPC stubs are generated in the build, never committed.
 RUN /opt/hami/bin/pip install grpcio-tools \
  && PYTHONPATH=libs /opt/hami/bin/python -m hami_common.deviceplugin.generate \

@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 K8S_BIN := .cache/k8s/bin
 K8S_STAMP := $(K8S_BIN)/VERSION
 
-.PHONY: all run test lint native native-lib protos clean bench k8s k8s-if-go deploy-check
+.PHONY: all run test lint native native-lib protos clean bench k8s k8s-if-go deploy-check webui webui-if-npm browser-if-root
 
 all: test
 
@@ -45,10 +45,40 @@ k8s-if-go:
 	@if command -v go >/dev/null 2>&1; then $(MAKE) --no-print-directory k8s; \
 	else echo "k8s: Go not found: the real-Kubernetes tests will skip (install Go >= 1.26 and run make k8s)"; fi
 
-test: $(STAMP) native protos k8s-if-go
+# The web page's charting library (uPlot), pinned by webui/package-lock.json, built by npm ci from the registry
+# into an ignored folder of the metrics service's package data; never fetched from a CDN at run time.
+WEBUI_OUT := services/metrics/hami_metrics/static/vendor
+WEBUI_STAMP := $(WEBUI_OUT)/.built
+
+$(WEBUI_STAMP): webui/package.json webui/package-lock.json
+	cd webui && npm ci --ignore-scripts --no-audit --no-fund
+	mkdir -p $(WEBUI_OUT)
+	cp webui/node_modules/uplot/dist/uPlot.iife.min.js webui/node_modules/uplot/dist/uPlot.min.css $(WEBUI_OUT)/
+	cp webui/node_modules/uplot/LICENSE $(WEBUI_OUT)/uPlot.LICENSE
+	touch $(WEBUI_STAMP)
+
+webui: $(WEBUI_STAMP)
+
+# Without npm the page still serves, and says its charts are missing.
+webui-if-npm:
+	@if command -v npm >/dev/null 2>&1; then $(MAKE) --no-print-directory webui; \
+	else echo "webui: npm not found: the web page will have no charts (install Node.js and npm, then make webui)"; fi
+
+# The browser tests (tests/webui) drive Debian's headless Chromium with its chromedriver: installed when missing
+# and this runs as root with apt-get; otherwise those tests skip with the reason (and fail under CI=true).
+browser-if-root:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "== installing Debian's chromium and chromium-driver for the browser tests"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver \
+		|| (apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium chromium-driver) \
+		|| echo "browser: chromium could not be installed: the browser tests will skip"; \
+	else echo "browser: /usr/bin/chromium not found and not root with apt-get: the browser tests will skip"; fi
+
+test: $(STAMP) native protos k8s-if-go webui-if-npm browser-if-root
 	$(BIN)/python -m pytest
 
-run: $(STAMP) native-lib protos
+run: $(STAMP) native-lib protos webui-if-npm
 	$(BIN)/hami up
 
 lint: $(STAMP) protos

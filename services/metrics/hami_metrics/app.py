@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,10 +13,12 @@ from fastapi import FastAPI
 
 from hami_common.bus import Bus
 from hami_common.settings import load
-from hami_metrics import routes
+from hami_metrics import routes, webroutes
 from hami_metrics.aggregator import Aggregator, Shard
 from hami_metrics.exposition import BuildInfo
+from hami_metrics.history import History
 from hami_metrics.settings import MetricsSettings
+from hami_metrics.state import NS_PER_S
 from hami_metrics.textformat import TextRenderer
 
 __all__ = ["State", "create_app"]
@@ -30,6 +33,7 @@ class State(TypedDict):
     renderer: TextRenderer
     build: BuildInfo
     token: str
+    history: History
 
 
 def _version() -> str:
@@ -37,6 +41,14 @@ def _version() -> str:
         return metadata.version(_DISTRIBUTION)
     except metadata.PackageNotFoundError:
         return "unknown"
+
+
+async def _sample(aggregator: Aggregator, history: History) -> None:
+    """Feed the web page's history: one sample of the (expired) state per interval, until cancelled."""
+    interval_s = history.limits.interval_ns / NS_PER_S
+    while True:
+        history.record(aggregator.snapshot(), aggregator.clock.now_ns())
+        await asyncio.sleep(interval_s)
 
 
 def create_app(
@@ -56,6 +68,9 @@ def create_app(
             for subscription in await agg.subscribe(connected):
                 stack.push_async_callback(subscription.stop)
             stack.push_async_callback(agg.close)
+            history = History(s.history_limits())
+            sampler = asyncio.create_task(_sample(agg, history), name="history")
+            stack.callback(sampler.cancel)
             yield {
                 "settings": s,
                 "aggregator": agg,
@@ -63,8 +78,11 @@ def create_app(
                 "renderer": TextRenderer(),
                 "build": BuildInfo(version=_version()),
                 "token": token,
+                "history": history,
             }
 
     app = FastAPI(title="hami-metrics", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.include_router(routes.router)
+    app.include_router(webroutes.router)
+    webroutes.mount_static(app)
     return app

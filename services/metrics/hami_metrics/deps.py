@@ -10,6 +10,7 @@ from fastapi import Depends, Header, HTTPException, Request, status
 from hami_common.bus import Bus
 from hami_metrics.aggregator import Aggregator
 from hami_metrics.exposition import BuildInfo
+from hami_metrics.history import History
 from hami_metrics.settings import MetricsSettings
 from hami_metrics.textformat import TextRenderer
 
@@ -17,11 +18,13 @@ __all__ = [
     "AggregatorDep",
     "BuildDep",
     "BusDep",
+    "HistoryDep",
     "RendererDep",
     "SettingsDep",
     "get_aggregator",
     "get_build",
     "get_bus",
+    "get_history",
     "get_renderer",
     "get_settings",
     "require_token",
@@ -55,6 +58,11 @@ def get_build(request: Request) -> BuildInfo:
     return build
 
 
+def get_history(request: Request) -> History:
+    history: History = request.state.history
+    return history
+
+
 def require_token(request: Request, authorization: Annotated[str | None, Header()] = None) -> None:
     """401 unless the request carries ``Authorization: Bearer <token>`` (when a token is configured)."""
     token: str = request.state.token
@@ -74,3 +82,4 @@ AggregatorDep = Annotated[Aggregator, Depends(get_aggregator)]
 BusDep = Annotated[Bus, Depends(get_bus)]
 RendererDep = Annotated[TextRenderer, Depends(get_renderer)]
 BuildDep = Annotated[BuildInfo, Depends(get_build)]
+HistoryDep = Annotated[History, Depends(get_history)]

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from hami_common.errors import InvalidInput
 from hami_common.settings import BusSettings, setting
+from hami_metrics.history import HistoryLimits
 from hami_metrics.staleness import Retention
 from hami_metrics.state import NS_PER_S
 
@@ -33,6 +34,9 @@ class MetricsSettings(BusSettings):
     tls_key_file: str = setting("", "PEM private key of --tls-cert-file")
     shard_index: int = setting(0, "this instance's shard, 0 <= index < --shard-count")
     shard_count: int = setting(1, "aggregators splitting the nodes between them by a hash of the node name")
+    history_interval_s: float = setting(30.0, "the web page's charts: seconds between two samples of each card and pod")
+    history_hours: float = setting(2.0, "the web page's charts: hours of samples kept (in memory, oldest dropped)")
+    history_max_series: int = setting(20000, "the web page's charts: at most this many cards and pods have a history")
 
     def retention(self) -> Retention:
         return Retention(
@@ -40,6 +44,16 @@ class MetricsSettings(BusSettings):
             usage_staleness_ns=int(self.usage_staleness_s * NS_PER_S),
             admission_horizon_ns=int(self.admission_horizon_s * NS_PER_S),
             admission_namespace_staleness_ns=int(self.admission_namespace_staleness_s * NS_PER_S),
+        )
+
+    def history_limits(self) -> HistoryLimits:
+        interval_ns = int(self.history_interval_s * NS_PER_S)
+        return HistoryLimits(
+            interval_ns=interval_ns,
+            capacity=max(1, int(self.history_hours * 3600 * NS_PER_S) // interval_ns),
+            max_series=self.history_max_series,
+            # a card or pod gone quiet for as long as a node may be (then it is gone from the state too)
+            forget_ns=int(self.node_staleness_s * NS_PER_S),
         )
 
     def token(self) -> str:
@@ -59,3 +73,5 @@ class MetricsSettings(BusSettings):
             raise InvalidInput("--tls-cert-file and --tls-key-file go together")
         if self.node_staleness_s <= 0 or self.usage_staleness_s <= 0 or self.admission_namespace_staleness_s <= 0:
             raise InvalidInput("staleness periods must be positive")
+        if self.history_interval_s <= 0 or self.history_hours <= 0 or self.history_max_series < 0:
+            raise InvalidInput("--history-interval-s and --history-hours must be positive, --history-max-series >= 0")
