@@ -13,11 +13,13 @@ from hami_common.dra.names import API_VERSION, TEMPLATE_KIND
 __all__ = [
     "CapacityRequirements",
     "CelSelector",
+    "ClaimReference",
     "DeviceClaim",
     "DeviceConstraint",
     "DeviceRequest",
     "DeviceSelector",
     "ExactDeviceRequest",
+    "PodResourceClaim",
     "ResourceClaimSpec",
     "ResourceClaimTemplate",
     "ResourceClaimTemplateSpec",
@@ -88,3 +90,17 @@ class ResourceClaimTemplate(msgspec.Struct, frozen=True, kw_only=True, rename="c
     spec: ResourceClaimTemplateSpec
     api_version: str = msgspec.field(default=API_VERSION, name="apiVersion")
     kind: str = TEMPLATE_KIND
+
+
+class ClaimReference(_Wire, frozen=True):
+    """A container's ``resources.claims`` entry: the pod's claim entry it uses."""
+
+    name: str
+
+
+class PodResourceClaim(_Wire, frozen=True):
+    """A pod's ``spec.resourceClaims`` entry; the resourceclaim controller makes its claim from the template,
+    owned by the pod."""
+
+    name: str
+    resource_claim_template_name: str

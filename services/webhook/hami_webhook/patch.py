@@ -14,6 +14,7 @@ from typing import Final
 
 import msgspec
 
+from hami_common.dra import ClaimReference, PodResourceClaim
 from hami_webhook.podview import ContainerSpec, EnvVar, PodView, Resources
 
 __all__ = [
@@ -30,7 +31,17 @@ ADD: Final = "add"
 REMOVE: Final = "remove"
 REPLACE: Final = "replace"
 
-PatchValue = str | dict[str, str] | Resources | EnvVar | tuple[EnvVar, ...]
+PatchValue = (
+    str
+    | dict[str, str]
+    | Resources
+    | EnvVar
+    | tuple[EnvVar, ...]
+    | ClaimReference  # the DRA mode's (hami_webhook.dra): a container's claim, the pod's claim entries
+    | tuple[ClaimReference, ...]
+    | PodResourceClaim
+    | tuple[PodResourceClaim, ...]
+)
 
 
 class ContainerList(enum.StrEnum):

@@ -49,6 +49,9 @@ class WebhookSettings(KubeSettings, BusSettings, DeviceConfigSettings, ClientCaS
     disable_control_label: str = setting(
         "", "namespace label (key or key=value) that lets GPU containers keep CUDA_DISABLE_CONTROL; empty: none"
     )
+    dra: bool = setting(
+        False, "DRA mode (docs/dra.md): NVIDIA requests become ResourceClaimTemplates for HAMi's DRA driver"
+    )
     watch_cluster: bool = setting(True, "watch ResourceQuotas, GPU pods and namespaces (off: no quota check)")
     publish_events: bool = setting(True, "publish an AdmissionEvent per admission on NATS (best effort)")
     publish_timeout: float = setting(0.5, "seconds one event publish may take before it is dropped")

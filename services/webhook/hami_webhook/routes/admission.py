@@ -66,7 +66,7 @@ async def review_admission(request: Request, reviewer: ReviewerDep) -> Response:
         log.debug("an admission request was dropped before its body arrived")
         return Response(status_code=HTTP_BAD_REQUEST)
     try:
-        status, payload = reviewer.review(body, request.headers)
+        status, payload = await reviewer.review_and_write(body, request.headers)
     except Exception:  # the one broad catch of this edge: a bug answers in protocol form, never a 500 page
         log.exception("admission review failed")
         reviewer.stats["failed"] += 1
