@@ -17,8 +17,10 @@ from fastapi.telemetry import TelemetryConfig
 from hami_common.bus import Bus
 from hami_common.kube import KubeClient
 from hami_common.settings import load
+from hami_webhook.claimtemplates import KubeTemplates
 from hami_webhook.cluster import ClusterState, parse_label_rule
 from hami_webhook.deps import State
+from hami_webhook.dra import dra_policy
 from hami_webhook.publisher import EventPublisher, Publisher
 from hami_webhook.quotanews import announce_quotas
 from hami_webhook.reviewer import Reviewer
@@ -43,6 +45,9 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
         async with AsyncExitStack() as stack, asyncio.TaskGroup() as tg:
             tasks: list[asyncio.Task[None]] = []
             reviewer = Reviewer(policy, max_body_bytes=s.max_body_bytes)
+            if s.dra:  # DRA mode (docs/dra.md): admitted GPU pods name templates, written through the apiserver
+                writer = await stack.enter_async_context(KubeClient.from_settings(s))
+                reviewer.policy, reviewer.templates = dra_policy(policy), KubeTemplates(writer)
             ready: Callable[[], bool] = _always
             if s.watch_cluster:
                 kube = await stack.enter_async_context(KubeClient.from_settings(s))
