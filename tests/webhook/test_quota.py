@@ -8,17 +8,20 @@ from typing import Any
 import httpx
 import pytest
 
-from hami_common.annotations import DEVICES_ALLOCATED, VGPU_NODE
+from hami_common.annotations import DEVICES_ALLOCATED, NVIDIA_VENDOR, VGPU_NODE
 from hami_common.kube import Change, ObjectMeta, Pod, PodSpec, PodStatus, ResourceQuota, ResourceQuotaSpec
 from hami_common.kube import Container as KubeContainer
 from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, ResourceConfig
 from hami_common.scheduling.quota import NamespaceQuota
+from hami_common.vendors.nvidia import NvidiaFamily
 from hami_sim.waiting import eventually
-from hami_webhook.admission import quota_demand
 from hami_webhook.podview import ContainerSpec, Resources
 from hami_webhook.quota import QuotaBook, pod_usage
+from hami_webhook.vendors import family_demand
 from tests.webhook.conftest import TlsFiles, cluster_settings
 from tests.webhook.support import ServedWebhook, container, pod, review, served
+
+NVIDIA_DEVICES = NvidiaFamily().allocated
 
 MEM_LIMIT = "limits." + GPU_MEMORY
 CORES_LIMIT = "limits." + GPU_CORES
@@ -56,11 +59,11 @@ def quota(name: str, hard: dict[str, str], namespace: str = "team-a") -> Resourc
     ],
 )
 def test_pod_usage_is_the_collapsed_device_list(devices: str, init: int, expected: tuple[int, int]) -> None:
-    assert pod_usage(placed("p", devices, init=init)) == expected
+    assert pod_usage(placed("p", devices, init=init), NVIDIA_DEVICES) == expected
 
 
 def test_finished_pods_hold_nothing() -> None:
-    assert pod_usage(placed("p", "GPU-a,NVIDIA,1000,30:;", phase="Succeeded")) == (0, 0)
+    assert pod_usage(placed("p", "GPU-a,NVIDIA,1000,30:;", phase="Succeeded"), NVIDIA_DEVICES) == (0, 0)
 
 
 def test_book_follows_pods_and_quotas_incrementally() -> None:
@@ -68,27 +71,30 @@ def test_book_follows_pods_and_quotas_incrementally() -> None:
     book.on_quota(Change("ADDED", quota("gpu", {MEM_LIMIT: "2000", CORES_LIMIT: "100", "pods": "10"})))
     book.on_pod(Change("ADDED", placed("a", "GPU-a,NVIDIA,1000,30:;")))
     book.on_pod(Change("ADDED", placed("b", "GPU-b,NVIDIA,300,10:;")))
-    assert book.quota("team-a") == NamespaceQuota(2000, 100, 1300, 40)
+    assert book.quota("team-a", NVIDIA_VENDOR) == NamespaceQuota(2000, 100, 1300, 40)
     old = placed("b", "GPU-b,NVIDIA,300,10:;")
     book.on_pod(Change("MODIFIED", placed("b", "GPU-b,NVIDIA,300,10:;", phase="Succeeded"), old))
     book.on_pod(Change("DELETED", placed("a", "GPU-a,NVIDIA,1000,30:;")))
-    assert (book.quota("team-a").used_memory, book.quota("team-a").used_cores) == (0, 0)
+    assert (book.quota("team-a", NVIDIA_VENDOR).used_memory, book.quota("team-a", NVIDIA_VENDOR).used_cores) == (0, 0)
     book.on_quota(Change("DELETED", quota("gpu", {})))
-    assert book.quota("team-a").memory_limit is None
-    assert book.quota("other").fits(10**9, 10**9)
+    assert book.quota("team-a", NVIDIA_VENDOR).memory_limit is None
+    assert book.quota("other", NVIDIA_VENDOR).fits(10**9, 10**9)
 
 
 def test_the_tightest_of_several_quotas_counts() -> None:
     book = QuotaBook()
     book.on_quota(Change("ADDED", quota("a", {MEM_LIMIT: "4000"})))
     book.on_quota(Change("ADDED", quota("b", {MEM_LIMIT: "2Gi", CORES_LIMIT: "50"})))
-    assert (book.quota("team-a").memory_limit, book.quota("team-a").cores_limit) == (4000, 50)
+    assert (book.quota("team-a", NVIDIA_VENDOR).memory_limit, book.quota("team-a", NVIDIA_VENDOR).cores_limit) == (
+        4000,
+        50,
+    )
 
 
 def test_a_malformed_device_annotation_is_ignored_for_quota() -> None:
     book = QuotaBook()
     book.on_pod(Change("ADDED", placed("a", "uuid,type,100:;")))
-    assert book.quota("team-a").used_memory == 0
+    assert book.quota("team-a", NVIDIA_VENDOR).used_memory == 0
 
 
 def spec(limits: dict[str, str]) -> Any:
@@ -99,11 +105,11 @@ def test_demand_is_the_larger_of_the_init_peak_and_the_app_sum() -> None:
     config = ResourceConfig()
     init = [spec({GPU: "1", GPU_MEMORY: "800"}), spec({GPU: "1", GPU_MEMORY: "800"})]
     app = [spec({GPU: "1", GPU_MEMORY: "500", GPU_CORES: "10"}), spec({GPU: "2", GPU_MEMORY: "100", GPU_CORES: "5"})]
-    assert quota_demand(init, app, config) == (800, 20)
+    assert family_demand(NvidiaFamily(config), init, app) == (800, 20)
 
 
 def test_a_percentage_only_request_demands_no_memory() -> None:
-    assert quota_demand([], [spec({GPU: "1", "nvidia.com/gpumem-percentage": "50"})], ResourceConfig()) == (0, 0)
+    assert family_demand(NvidiaFamily(), [], [spec({GPU: "1", "nvidia.com/gpumem-percentage": "50"})]) == (0, 0)
 
 
 # --- end to end: ResourceQuota and a placed pod in the emulator, admission over HTTPS -----------------------

@@ -26,6 +26,7 @@ from hami_common.annotations import (
 )
 from hami_common.deviceconfig import parse_device_config
 from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, ContainerResources, ResourceConfig
+from hami_common.vendors import device_families
 from hami_common.vendors.ascend.keys import VNPU_MODE, use_uuid_key
 from hami_common.vendors.hygon.keys import DCU_MEMORY, USE_DCUTYPE
 from hami_webhook.typos import (
@@ -41,8 +42,8 @@ from tests.webhook.conftest import TlsFiles, offline_settings
 from tests.webhook.support import ServedWebhook, container, patch_ops, pod, review, served
 
 ALL_FAMILIES = "vnpus:\n  enabled: true\ncambricon: {}\nhygon: {}\n"
-NVIDIA_ONLY: KnownNames = known_names(ResourceConfig(), ())
-WITH_FAMILIES: KnownNames = known_names(ResourceConfig(), parse_device_config(ALL_FAMILIES).families)
+NVIDIA_ONLY: KnownNames = known_names(device_families())
+WITH_FAMILIES: KnownNames = known_names(device_families(others=parse_device_config(ALL_FAMILIES).families))
 GPU_POLICY_LIST = ", ".join(GPU_POLICIES)
 VGPU_MODE_LIST = ", ".join(VGPU_MODES)
 
@@ -189,7 +190,7 @@ def test_without_families_their_domains_are_not_looked_at() -> None:
 
 
 def test_renamed_nvidia_resources_are_the_known_ones() -> None:
-    renamed = known_names(ResourceConfig(memory_name="nvidia.com/vgpu-memory"), ())
+    renamed = known_names(device_families(ResourceConfig(memory_name="nvidia.com/vgpu-memory")))
     assert warned(limits={GPU: "1", "nvidia.com/vgpu-memory": "1"}, known=renamed) == ()
     assert warned(limits={GPU: "1", "nvidia.com/vgpu-memroy": "1"}, known=renamed) == (
         "unknown resource nvidia.com/vgpu-memroy in container main; did you mean nvidia.com/vgpu-memory?",

@@ -465,7 +465,7 @@ async def test_quota_is_enforced_per_vendor_resource(
 def test_the_quota_book_announces_each_vendors_resources(tls_files: TlsFiles, tmp_path: Path) -> None:
     """The metrics service's hami_resource_quota_* series get the families' quota too (issue 20 item 6)."""
     policy = vendor_settings(tls_files, tmp_path).policy()
-    book = QuotaBook(policy.resources, policy.families)
+    book = QuotaBook(policy.devices)
     hard = {f"limits.{MLU_MEMORY}": "50", f"limits.{DCU_CORES}": "200", f"limits.{GPU_MEMORY}": "1000"}
     book.on_quota(Change("ADDED", ResourceQuota(metadata=ObjectMeta(name="q", namespace="team-a"),
                                                 spec=ResourceQuotaSpec(hard=hard))))  # fmt: skip
@@ -478,9 +478,9 @@ def test_the_quota_book_announces_each_vendors_resources(tls_files: TlsFiles, tm
         QuotaResource(name=MLU_MEMORY, used=5120, limit=50),
         QuotaResource(name=DCU_CORES, used=120, limit=200),
     }
-    assert set(book.family_quotas("team-a")) == {"MLU", "DCU"}
+    assert set(book.quotas("team-a")) == {"NVIDIA", "MLU", "DCU"}
     book.on_pod(Change("DELETED", held))
-    assert book.family_quotas("team-a")["DCU"].used_cores == 0
+    assert book.quotas("team-a")["DCU"].used_cores == 0
 
 
 # --- the families' own annotations are the system's (ARCHITECTURE §3) ----------------------------------------

@@ -62,6 +62,7 @@ __all__ = [
     "add_resource_usage",
     "allocatable_count",
     "annotation_list",
+    "check_quantities",
     "check_resource_names",
     "count",
     "decode_section",
@@ -79,6 +80,21 @@ FULL_CORES: Final = 100
 FULL_PERCENTAGE: Final = 100
 # hami.io/mutex.lock, which Ascend and Hygon share with NVIDIA, counts as stale after five minutes (§2.7).
 SHARED_LOCK_EXPIRY: Final = timedelta(minutes=5)
+
+
+def check_quantities(
+    container: ContainerResources, names: Sequence[str], request: Callable[[ContainerResources], object]
+) -> None:
+    """The webhook's quantity rule for a family without narrower ranges: each of ``names`` in the container's
+    limits and requests a whole number from 0 to 2³¹-1 (:func:`~hami_common.resources.checked_whole`), then,
+    where the container names any of them, its ``request`` read (a memory unit may push it out of range)."""
+    for name in names:
+        for source in (container.limits, container.requests):
+            text = source.get(name)
+            if text is not None:
+                checked_whole(container.name, name, text)
+    if any(name in container.limits or name in container.requests for name in names):
+        request(container)
 
 
 # --- preferences -------------------------------------------------------------------------------------------

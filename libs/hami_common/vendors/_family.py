@@ -52,6 +52,9 @@ class Admission:
     requests: Mapping[str, str]
     env: Mapping[str, str] = field(default_factory=dict)  # env vars to append (Ascend's overwriteEnv)
     runtime_class: str | None = None  # set on the pod when it has none
+    # env a tenant may not keep in this container unless its namespace allows it (ours: NVIDIA's
+    # CUDA_DISABLE_CONTROL would switch the interposer's limits off)
+    guarded_env: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +110,12 @@ class DeviceFamily(Vendor, Protocol):
     @property
     def quota(self) -> QuotaSpec:
         """The resources and annotation the webhook's per-vendor quota pre-check reads."""
+        ...
+
+    def check(self, container: ContainerResources) -> None:
+        """The webhook's quantity rule (ours), before :meth:`admit`: every managed quantity of the container, in
+        limits and in requests, is one the family's request can hold; InvalidInput naming the resource and
+        its range (answered 400, where a refusal of :meth:`admit` is HAMi's 500)."""
         ...
 
     def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:

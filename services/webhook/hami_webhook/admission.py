@@ -35,29 +35,12 @@ from dataclasses import dataclass, field
 from typing import Final, Protocol
 
 from hami_common.annotations import TRACE_CONTEXT
-from hami_common.envvars import (
-    CUDA_DISABLE_CONTROL,
-    CUDA_TASK_PRIORITY,
-    GPU_CORE_UTILIZATION_POLICY,
-    NVIDIA_VISIBLE_DEVICES,
-)
 from hami_common.errors import InvalidInput
-from hami_common.quantity import value
-from hami_common.resources import (
-    INT32_MAX,
-    MAX_CORES,
-    ContainerResources,
-    ResourceConfig,
-    checked_whole,
-    container_request,
-    is_exclusive,
-    needs_default_gpu_num,
-    validate_percentage,
-)
+from hami_common.resources import ContainerResources, ResourceConfig
 from hami_common.scheduling.quota import NamespaceQuota, QuotaExcess, QuotaField
-from hami_common.vendors import DeviceFamily
-from hami_webhook.patch import ContainerEdit, ContainerList, PatchOp, PodEdits, render_patch
-from hami_webhook.podview import SYS_ADMIN, ContainerSpec, EnvVar, PodView, decode_pod
+from hami_common.vendors import DEFAULT_CORE_POLICY, DeviceFamily, device_families
+from hami_webhook.patch import ContainerList, PatchOp, PodEdits, render_patch
+from hami_webhook.podview import SYS_ADMIN, ContainerSpec, PodView, decode_pod
 from hami_webhook.reserved import touched_reserved_annotation
 from hami_webhook.review import AdmissionRequest, is_empty
 from hami_webhook.typos import known_names, typo_warnings
@@ -79,15 +62,11 @@ __all__ = [
     "Outcome",
     "Verdict",
     "admit",
-    "quota_demand",
 ]
 
 CREATE: Final = "CREATE"
 UPDATE: Final = "UPDATE"
 DEFAULT_SCHEDULER: Final = "default-scheduler"
-DEFAULT_CORE_POLICY: Final = "default"
-NVIDIA_VISIBLE_NONE: Final = "none"
-EXCLUSIVE_CORES: Final = "100"
 
 # HAMi's messages (HAMi: pkg/scheduler/webhook.go), then ours.
 NO_CONTAINERS: Final = "pod has no containers"
@@ -135,7 +114,12 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class AdmissionPolicy:
-    """The webhook's knobs (hami-protocol §1.2, §1.4) and the system's own users."""
+    """The webhook's knobs (hami-protocol §1.2, §1.4) and the system's own users.
+
+    ``resources``, ``overwrite_env``, ``gpu_core_policy`` and ``runtime_class_name`` are the device config's
+    top-level knobs, which build its default family; ``families`` are its sections' families. ``devices`` is
+    every family, in HAMi's order, and the only thing the rules below loop over.
+    """
 
     resources: ResourceConfig = field(default_factory=ResourceConfig)
     scheduler_name: str = "hami-scheduler"  # HAMi's --scheduler-name; "" leaves schedulerName alone
@@ -144,16 +128,26 @@ class AdmissionPolicy:
     gpu_core_policy: str = DEFAULT_CORE_POLICY
     runtime_class_name: str = ""
     system_users: frozenset[str] = frozenset()
-    families: tuple[DeviceFamily, ...] = ()  # the device families beside NVIDIA the device config enables
+    families: tuple[DeviceFamily, ...] = ()  # the families the device config's sections enable
+    devices: tuple[DeviceFamily, ...] = field(init=False)
+
+    def __post_init__(self) -> None:
+        devices = device_families(
+            self.resources,
+            self.families,
+            gpu_core_policy=self.gpu_core_policy,
+            overwrite_env=self.overwrite_env,
+            runtime_class_name=self.runtime_class_name,
+        )
+        object.__setattr__(self, "devices", devices)  # derived once; the policy is frozen
 
 
 @dataclass(frozen=True, slots=True)
 class NamespaceState:
     """What the caches know about the pod's namespace when the request arrives."""
 
-    quota: NamespaceQuota = field(default_factory=NamespaceQuota)
     may_disable_control: bool = False
-    family_quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)  # by family common word
+    quotas: Mapping[str, NamespaceQuota] = field(default_factory=dict)  # the limited families', by common word
 
 
 class NamespaceSource(Protocol):
@@ -215,18 +209,18 @@ def admit(
 def _typos(pod: PodView, policy: AdmissionPolicy) -> tuple[str, ...]:
     spec = pod.spec
     containers = [ctr.as_resources() for ctr in (*spec.init_containers, *spec.containers, *spec.ephemeral_containers)]
-    return typo_warnings(pod.annotations, containers, known_names(policy.resources, policy.families))
+    return typo_warnings(pod.annotations, containers, known_names(policy.devices))
 
 
 def _guards(req: AdmissionRequest, pod: PodView, old: PodView | None, policy: AdmissionPolicy) -> Verdict | None:
     user = req.user_info.username
     if user not in policy.system_users:
         key = touched_reserved_annotation(
-            pod.annotations, None if old is None else old.annotations, family_owned_annotations(policy.families)
+            pod.annotations, None if old is None else old.annotations, family_owned_annotations(policy.devices)
         )
         if key is not None:
             return _denied(RESERVED_ANNOTATION.format(key=key, user=user or "an anonymous user"), pod)
-    names = _device_resource_names(policy)
+    names = family_resource_names(policy.devices)
     for ctr in pod.spec.ephemeral_containers:
         res = ctr.as_resources()
         for name in names:
@@ -257,14 +251,6 @@ def _escalation(ctr: ContainerSpec) -> str | None:
 def _is_gpu_pod(pod: PodView, names: tuple[str, ...]) -> bool:
     containers = (*pod.spec.init_containers, *pod.spec.containers)
     return any(ctr.as_resources().asks_for(name) for ctr in containers for name in names)
-
-
-def _device_resource_names(policy: AdmissionPolicy) -> tuple[str, ...]:
-    """Every resource that makes a device container: NVIDIA's and each configured family's (the one list the
-    device-pod rules read: ephemeral containers, privileged additions on UPDATE)."""
-    config = policy.resources
-    nvidia = (config.count_name, config.memory_name, config.memory_percentage_name, config.core_name)
-    return nvidia + family_resource_names(policy.families)
 
 
 def _other_scheduler(pod: PodView, policy: AdmissionPolicy) -> bool:
@@ -298,26 +284,21 @@ def _create(
     for which, containers in ((ContainerList.INIT, pod.spec.init_containers), (ContainerList.APP, pod.spec.containers)):
         for index, ctr in enumerate(containers):
             res = ctr.as_resources()
-            try:
-                validate_percentage(res, policy.resources)
-            except InvalidInput as err:
-                return _errored(HTTP_INTERNAL, str(err), pod)
-            bad = _bad_quantity(res, policy)
+            bad = _bad_quantity(res, policy.devices)
             if bad is not None:
                 return _errored(HTTP_BAD_REQUEST, bad, pod)
             edit = edits.container(which, index)
-            has_gpu, res = _mutate_container(ctr, res, edit, policy, namespace.may_disable_control)
-            if has_gpu and runtime_class is None and policy.runtime_class_name:
-                runtime_class = edits.runtime_class_name = policy.runtime_class_name
             try:
-                family = admit_families(policy.families, res, edit, pod.annotations)
+                family = admit_families(policy.devices, res, edit, pod.annotations)
             except InvalidInput as err:  # HAMi: any MutateAdmission error is Errored(500, err)
                 return _errored(HTTP_INTERNAL, str(err), pod)
             res = family.resources
             if family.asks and runtime_class is None and family.runtime_class:
                 runtime_class = edits.runtime_class_name = family.runtime_class
+            if family.guarded_env and not namespace.may_disable_control and ctr.env:
+                edit.env_removed.extend(i for i, env in enumerate(ctr.env) if env.name in family.guarded_env)
             mutated[which].append(res)
-            if has_gpu or family.asks:
+            if family.asks:
                 gpu_containers += 1
     for ctr in (*pod.spec.init_containers, *pod.spec.containers):
         if gpu_containers and (escalation := _escalation(ctr)) is not None:
@@ -326,15 +307,8 @@ def _create(
         edits.scheduler_name = policy.scheduler_name
         if pod.spec.node_name:
             return _denied(NODE_ASSIGNED, pod)
-    quota = namespace.quota
-    config = policy.resources
-    if quota.memory_limit is not None or quota.cores_limit is not None:  # no limits: nothing can exceed them
-        memory, cores = quota_demand(mutated[ContainerList.INIT], mutated[ContainerList.APP], config)
-        excess = quota.excess(memory, cores, config.memory_factor) if memory or cores else None
-        if excess is not None:
-            return _denied(_quota_denial(excess, config.memory_name, config.core_name), pod)
     init, app = mutated[ContainerList.INIT], mutated[ContainerList.APP]
-    family_excess = families_quota_excess(policy.families, namespace.family_quotas, init, app)
+    family_excess = families_quota_excess(policy.devices, namespace.quotas, init, app)
     if family_excess is not None:
         limited, excess = family_excess
         return _denied(_quota_denial(excess, limited.quota.memory_name, limited.quota.core_name), pod)
@@ -356,83 +330,20 @@ def _quota_denial(excess: QuotaExcess, memory_name: str, core_name: str) -> str:
     )
 
 
-def _bad_quantity(res: ContainerResources, policy: AdmissionPolicy) -> str | None:
+def _bad_quantity(res: ContainerResources, families: tuple[DeviceFamily, ...]) -> str | None:
     """Why a managed quantity of this container cannot be honoured, or None.
 
     HAMi parses every request field into an int32 and, where one does not fit (``gpumem: 3Gi`` is
     3221225472 MiB), reads the container as asking for no device: the pod would then be bound with no
     placement and served another pod's grant at Allocate. kube-apiserver lets such values through (they
     are whole and non-negative), so the rule is ours: every managed resource of every configured family, in
-    limits and in requests, is a whole number from 0 to 2³¹-1, and stays in range once scaled (memoryFactor,
-    a vendor's memory unit). The message (``hami_common.resources.BAD_QUANTITY``) names the resource and the
-    accepted range. ``gpucores`` is a percentage of one card: it is refused past 100 (HAMi clamps it, so a pod
-    asking 150 would run with 100 believing it had more).
+    limits and in requests, is a whole number its request can hold (:meth:`DeviceFamily.check`: from 0 to
+    2³¹-1, in range once scaled by a memory unit, NVIDIA's core percentage at most 100). The message
+    (``hami_common.resources.BAD_QUANTITY``) names the resource and the accepted range.
     """
-    config = policy.resources
-    names = (config.count_name, config.memory_name, config.core_name, config.priority_name)
     try:
-        for name in names + family_resource_names(policy.families):
-            for source in (res.limits, res.requests):
-                text = source.get(name)
-                if text is not None:
-                    checked_whole(res.name, name, text, high=MAX_CORES if name == config.core_name else INT32_MAX)
-        if config.memory_factor > 1:  # memory past int32 once scaled, as the extender reads it
-            container_request(res, config)
-        for family in policy.families:
-            if any(name in res.limits or name in res.requests for name in family.resource_names):
-                family.request(res)
+        for family in families:
+            family.check(res)
     except InvalidInput as err:
         return str(err)
     return None
-
-
-def _mutate_container(
-    ctr: ContainerSpec, res: ContainerResources, edit: ContainerEdit, policy: AdmissionPolicy, may_disable: bool
-) -> tuple[bool, ContainerResources]:
-    """NVIDIA's ``MutateAdmission`` for one container (hami-protocol §3); returns (has a GPU, new resources)."""
-    config = policy.resources
-    priority = res.limits.get(config.priority_name)
-    if priority is not None:
-        edit.env_added.append(EnvVar(name=CUDA_TASK_PRIORITY, value=str(value(priority))))
-    if policy.gpu_core_policy not in ("", DEFAULT_CORE_POLICY):
-        edit.env_added.append(EnvVar(name=GPU_CORE_UTILIZATION_POLICY, value=policy.gpu_core_policy))
-    has_gpu = config.count_name in res.limits
-    if not has_gpu and needs_default_gpu_num(res, config):
-        edit.limits[config.count_name] = str(config.default_gpu_num)
-        has_gpu = True
-    if edit.limits:
-        res = ContainerResources(res.name, {**res.limits, **edit.limits}, res.requests)
-    if is_exclusive(res, config):
-        edit.limits[config.core_name] = EXCLUSIVE_CORES
-        res = ContainerResources(res.name, {**res.limits, config.core_name: EXCLUSIVE_CORES}, res.requests)
-        has_gpu = True
-    if not has_gpu and policy.overwrite_env:
-        edit.env_added.append(EnvVar(name=NVIDIA_VISIBLE_DEVICES, value=NVIDIA_VISIBLE_NONE))
-    if has_gpu and not may_disable and ctr.env:
-        edit.env_removed.extend(i for i, env in enumerate(ctr.env) if env.name == CUDA_DISABLE_CONTROL)
-    return has_gpu, res
-
-
-def quota_demand(
-    init: list[ContainerResources], app: list[ContainerResources], config: ResourceConfig
-) -> tuple[int, int]:
-    """The pod's (MiB, cores) against the quota: the larger of the init peak and the app sum, per field.
-
-    MiB come from HAMi's request (a percentage-only request counts 0 MiB at admission); a container whose
-    request HAMi would drop (memory that is no whole number, or out of int32) counts nothing.
-    """
-    init_memory = init_cores = app_memory = app_cores = 0
-    for group, is_init in ((init, True), (app, False)):
-        for res in group:
-            try:
-                request = container_request(res, config)
-            except InvalidInput:
-                request = None
-            if request is None:
-                continue
-            memory, cores = request.memreq * request.nums, request.coresreq * request.nums
-            if is_init:
-                init_memory, init_cores = max(init_memory, memory), max(init_cores, cores)
-            else:
-                app_memory, app_cores = app_memory + memory, app_cores + cores
-    return max(init_memory, app_memory), max(init_cores, app_cores)

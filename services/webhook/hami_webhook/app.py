@@ -52,7 +52,7 @@ def create_app(settings: WebhookSettings | None = None) -> FastAPI:
             if s.watch_cluster:
                 kube = await stack.enter_async_context(KubeClient.from_settings(s))
                 rule = parse_label_rule(s.disable_control_label)
-                cluster = ClusterState(kube, policy.resources, rule, policy.families)
+                cluster = ClusterState(kube, rule, policy.devices)
                 tasks.append(tg.create_task(cluster.run(), name="webhook caches"))
                 reviewer.namespaces = cluster
                 reviewer.roster = cluster

@@ -29,8 +29,7 @@ from hami_common.kube import (
     pod_source,
     quota_source,
 )
-from hami_common.resources import ResourceConfig
-from hami_common.vendors import DeviceFamily
+from hami_common.vendors import DeviceFamily, device_families
 from hami_webhook.admission import NamespaceState
 from hami_webhook.quota import QuotaBook
 
@@ -69,9 +68,8 @@ class ClusterState:
     """The caches and the quota book built from them. ``await run()`` inside the app's TaskGroup."""
 
     kube: KubeClient
-    config: ResourceConfig = field(default_factory=ResourceConfig)
     disable_control_rule: LabelRule | None = None
-    families: Sequence[DeviceFamily] = ()  # each family's quota is tracked beside NVIDIA's
+    families: Sequence[DeviceFamily] = field(default_factory=device_families)  # each family's quota is tracked
     book: QuotaBook = field(init=False)
     quotas: WatchCache[ResourceQuota] = field(init=False)
     pods: WatchCache[Pod] = field(init=False)
@@ -80,7 +78,7 @@ class ClusterState:
     def __post_init__(self) -> None:
         s = self.kube.settings
         backoff = Backoff(initial=s.kube_backoff_initial, cap=s.kube_backoff_max)
-        self.book = QuotaBook(self.config, self.families)
+        self.book = QuotaBook(self.families)
         self.quotas = WatchCache(quota_source(self.kube), backoff=backoff, name="resourcequotas")
         self.quotas.add_handler(self.book.on_quota)
         # Every pod, not only those labelled hami.io/vgpu-node: labels are the tenant's to remove, and a pod
@@ -113,11 +111,7 @@ class ClusterState:
         if self.disable_control_rule is not None:
             ns = self.namespaces.get("", name)
             may_disable = ns is not None and self.disable_control_rule.matches(ns.metadata.labels)
-        return NamespaceState(
-            quota=self.book.quota(name),
-            may_disable_control=may_disable,
-            family_quotas=self.book.family_quotas(name),
-        )
+        return NamespaceState(may_disable_control=may_disable, quotas=self.book.quotas(name))
 
     def exists(self, name: str) -> bool:
         """Whether the namespace exists as the watch knows it (before its first list: every name does)."""

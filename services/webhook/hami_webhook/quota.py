@@ -3,8 +3,8 @@
 :class:`QuotaBook` is fed by two watch caches (ResourceQuotas, and every pod: a label such as
 ``hami.io/vgpu-node`` is the tenant's to remove, so usage comes from the scheduler-owned device annotations
 alone) and keeps per-namespace totals incrementally, so a request reads a few dictionary entries. It tracks
-one :class:`Track` per vendor: NVIDIA's, then each configured device family's (its ``QuotaSpec``), each
-with its own ``limits.<memory>`` and ``limits.<cores>`` and its own device annotation. A pod's usage is its
+one :class:`Track` per device family, in HAMi's order (its ``QuotaSpec``), each with its own
+``limits.<memory>`` and ``limits.<cores>`` and its own device annotation. A pod's usage is its
 device annotations, init containers collapsed (§4.9); pods that finished hold nothing.
 """
 
@@ -16,33 +16,24 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from hami_common import logkeys
-from hami_common.annotations import DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE, PodDevices, decode_pod_devices
+from hami_common.annotations import PodDevices
 from hami_common.errors import InvalidInput
 from hami_common.events import QuotaResource, QuotaUsage
 from hami_common.kube import Change, Pod, ResourceQuota
-from hami_common.resources import ResourceConfig
 from hami_common.scheduling.quota import NamespaceQuota, quota_from_hard
 from hami_common.scheduling.usage import collapse_devices
-from hami_common.vendors import DeviceFamily
+from hami_common.vendors import DeviceFamily, device_families
 
-__all__ = ["FINISHED_PHASES", "NVIDIA_DEVICE_KEYS", "QuotaBook", "Track", "nvidia_devices", "pod_usage"]
+__all__ = ["FINISHED_PHASES", "QuotaBook", "Track", "pod_usage"]
 
 log = logging.getLogger(__name__)
 
 FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
-# NVIDIA's device list: the allocated copy, else the to-allocate one the device plugin consumes.
-NVIDIA_DEVICE_KEYS: Final = (DEVICES_ALLOCATED, DEVICES_TO_ALLOCATE)
 Usage = tuple[int, int]  # (MiB, core percent)
 _NOTHING: Final[Usage] = (0, 0)
 
 
 PodDevicesReader = Callable[[Mapping[str, str]], PodDevices]  # a pod's annotations -> its devices, per container
-
-
-def nvidia_devices(annotations: Mapping[str, str]) -> PodDevices:
-    """NVIDIA's device list: the allocated copy, else the to-allocate one the device plugin consumes."""
-    key = next((k for k in NVIDIA_DEVICE_KEYS if annotations.get(k)), None)
-    return () if key is None else decode_pod_devices(annotations[key], key)
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,16 +45,12 @@ class Track:
     devices: PodDevicesReader
 
     @classmethod
-    def nvidia(cls, config: ResourceConfig) -> Track:
-        return cls(config.memory_name, config.core_name, nvidia_devices)
-
-    @classmethod
     def of(cls, family: DeviceFamily) -> Track:
         spec = family.quota
         return cls(spec.memory_name, spec.core_name, family.allocated)
 
 
-def pod_usage(pod: Pod, devices: PodDevicesReader = nvidia_devices) -> Usage:
+def pod_usage(pod: Pod, devices: PodDevicesReader) -> Usage:
     """What a placed pod holds of one vendor: Σ memory and cores over its collapsed devices; (0, 0) when it
     holds nothing. ``devices`` reads the vendor's device annotation.
 
@@ -100,13 +87,12 @@ def _limited(q: NamespaceQuota) -> bool:
 class QuotaBook:
     """Per-namespace limits and usage of every vendor, kept current by :meth:`on_quota` and :meth:`on_pod`.
 
-    Track 0 is NVIDIA's (:meth:`quota`); the others are the families', by common word (:meth:`family_quotas`).
+    One track per family, by common word (:meth:`quota`, :meth:`quotas`).
     """
 
-    config: ResourceConfig = field(default_factory=ResourceConfig)
-    families: Sequence[DeviceFamily] = ()
+    families: Sequence[DeviceFamily] = field(default_factory=device_families)
     tracks: tuple[Track, ...] = field(init=False)
-    _words: tuple[str, ...] = field(init=False)  # the families' common words, track i+1 each
+    _words: tuple[str, ...] = field(init=False)  # the families' common words, track i each
     _hards: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)  # ns -> quota name -> hard
     _limits: dict[str, tuple[NamespaceQuota, ...]] = field(default_factory=dict)  # ns -> per track
     _pods: dict[tuple[str, str], tuple[Usage, ...]] = field(default_factory=dict)
@@ -114,7 +100,7 @@ class QuotaBook:
     changed: set[str] = field(default_factory=set)  # namespaces whose limits or usage moved since last taken
 
     def __post_init__(self) -> None:
-        self.tracks = (Track.nvidia(self.config), *(Track.of(f) for f in self.families))
+        self.tracks = tuple(Track.of(f) for f in self.families)
         self._words = tuple(f.word for f in self.families)
 
     def _quota(self, namespace: str, track: int) -> NamespaceQuota:
@@ -125,16 +111,16 @@ class QuotaBook:
             return NamespaceQuota(used_memory=memory, used_cores=cores)
         return NamespaceQuota(limits[track].memory_limit, limits[track].cores_limit, memory, cores)
 
-    def quota(self, namespace: str) -> NamespaceQuota:
-        """The namespace's NVIDIA limits (None where unset) with its current usage."""
-        return self._quota(namespace, 0)
+    def quota(self, namespace: str, word: str) -> NamespaceQuota:
+        """The namespace's limits of one family (None where unset) with its current usage."""
+        return self._quota(namespace, self._words.index(word))
 
-    def family_quotas(self, namespace: str) -> dict[str, NamespaceQuota]:
+    def quotas(self, namespace: str) -> dict[str, NamespaceQuota]:
         """The families the namespace limits, by common word, each with its current usage."""
         limits = self._limits.get(namespace)
         if limits is None:
             return {}
-        return {word: self._quota(namespace, i) for i, word in enumerate(self._words, 1) if _limited(limits[i])}
+        return {word: self._quota(namespace, i) for i, word in enumerate(self._words) if _limited(limits[i])}
 
     def on_quota(self, change: Change[ResourceQuota]) -> None:
         meta = change.obj.metadata

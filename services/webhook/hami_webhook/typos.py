@@ -9,7 +9,7 @@ kube-apiserver hands to the client as ``Warning`` headers (kubectl prints ``Warn
 * an annotation key under a managed domain (``hami.io/``, ``nvidia.com/``, and the domains of every
   configured family's keys and resources) that no one defines but that is close to a key a tenant sets;
 * a resource name under a managed resource domain, in any container's limits or requests, that is close to
-  a known resource (NVIDIA's configured names and every configured family's);
+  a known resource (every configured family's, NVIDIA's as configured);
 * a known key whose value is outside its vocabulary (:data:`hami_common.annotations.keys.GPU_POLICIES` …).
 
 Known keys, resources and vocabularies come from where the project defines them
@@ -44,7 +44,7 @@ from hami_common.annotations.keys import (
     VGPU_MODE,
     VGPU_MODES,
 )
-from hami_common.resources import ContainerResources, ResourceConfig
+from hami_common.resources import ContainerResources
 from hami_common.vendors import DeviceFamily
 
 __all__ = [
@@ -132,18 +132,11 @@ class _Index:
 
 
 @functools.lru_cache(maxsize=8)
-def known_names(config: ResourceConfig, families: tuple[DeviceFamily, ...]) -> KnownNames:
-    """Every pod annotation key and resource name of NVIDIA (as configured) and the configured families;
-    built once per configuration."""
+def known_names(families: tuple[DeviceFamily, ...]) -> KnownNames:
+    """Every pod annotation key and resource name of the configured families; built once per configuration."""
     annotations = set(POD_ANNOTATIONS)
     users = set(USER_POD_ANNOTATIONS)
-    resources = {
-        config.count_name,
-        config.memory_name,
-        config.memory_percentage_name,
-        config.core_name,
-        config.priority_name,
-    }
+    resources: set[str] = set()
     for family in families:
         annotations |= family.user_annotations | family.owned_annotations
         users |= family.user_annotations

@@ -1,13 +1,14 @@
 """The configured device families at admission (hami-vendors §0.2 "Webhook"), never one by name.
 
-HAMi calls every backend's ``MutateAdmission`` per container, init containers first; NVIDIA's rules live in
-:mod:`hami_webhook.admission`, the other families' here. Each family judges a container
+HAMi calls every backend's ``MutateAdmission`` per container, init containers first, the default family
+(NVIDIA's, from the device config's top-level knobs) first. Each family judges a container
 (:meth:`~hami_common.vendors.DeviceFamily.admit`) and its verdict becomes edits: limits and requests it
-rewrote (Ascend's template rounding, 910C's 1 → 2), env it appends, a runtimeClassName for a pod without one.
-A container that asks for any family makes the pod a device pod exactly as an NVIDIA one does.
+rewrote (NVIDIA's default count and exclusive cores, Ascend's template rounding, 910C's 1 → 2), env it
+appends, a runtimeClassName for a pod without one, env a tenant may not keep. A container that asks for any
+family makes the pod a device pod.
 
 The quota pre-check covers the families too (HAMi's webhook is their only quota check except Cambricon's
-Fit): per family, the pod's demand (init peak against app sum, as for NVIDIA) against the namespace's
+Fit): per family, the pod's demand (init peak against app sum) against the namespace's
 ``limits.<memory>`` and ``limits.<cores>``, the memory limit in the family's own unit.
 """
 
@@ -41,6 +42,7 @@ class FamilyVerdict:
     asks: bool
     resources: ContainerResources
     runtime_class: str | None = None
+    guarded_env: frozenset[str] = frozenset()  # env the asked families forbid unless the namespace allows it
 
 
 def family_resource_names(families: Iterable[DeviceFamily]) -> tuple[str, ...]:
@@ -69,6 +71,7 @@ def admit_families(
     """
     asks = False
     runtime_class: str | None = None
+    guarded: set[str] = set()
     for family in families:
         verdict = family.admit(res, pod_annotations)
         limits = _changed(res.limits, verdict.limits)
@@ -80,9 +83,10 @@ def admit_families(
         edit.env_added.extend(EnvVar(name=name, value=text) for name, text in verdict.env.items())
         if verdict.asks:
             asks = True
+            guarded.update(verdict.guarded_env)
             if runtime_class is None and verdict.runtime_class:
                 runtime_class = verdict.runtime_class
-    return FamilyVerdict(asks=asks, resources=res, runtime_class=runtime_class)
+    return FamilyVerdict(asks=asks, resources=res, runtime_class=runtime_class, guarded_env=frozenset(guarded))
 
 
 def family_demand(

@@ -31,7 +31,7 @@ from hami_common.resources import ContainerResources, DeviceRequest
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import ContainerFit, FitContext
-from hami_common.vendors._common import family_preferences
+from hami_common.vendors._common import check_quantities, family_preferences
 from hami_common.vendors._family import Admission, NodeLockSpec, NodeView, QuotaSpec
 from hami_common.vendors.ascend import keys
 from hami_common.vendors.ascend.admission import admit, is_hami_core, parse_request, round_memory
@@ -104,6 +104,9 @@ class AscendFamily:
             nouse_uuid=keys.nouse_uuid_key(self.word),
         )
         return replace(prefs, vgpu_mode=pod_annotations.get(keys.VNPU_MODE))
+
+    def check(self, container: ContainerResources) -> None:
+        check_quantities(container, self.resource_names, self.request)
 
     def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:
         return admit(self.chip, container, pod_annotations)

@@ -14,6 +14,7 @@ from hami_common.scheduling.usage import DeviceUsage, NodeUsage
 from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import (
     FULL_CORES,
+    check_quantities,
     count,
     device_request,
     family_preferences,
@@ -141,6 +142,9 @@ class CambriconFamily:
 
     def preferences(self, base: PodPreferences, pod_annotations: Mapping[str, str]) -> PodPreferences:
         return family_preferences(base, pod_annotations, use_uuid=USE_UUID, nouse_uuid=NOUSE_UUID)
+
+    def check(self, container: ContainerResources) -> None:
+        check_quantities(container, self.resource_names, self.request)
 
     def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:
         """Nothing is rewritten; the container asks for MLU when the count is in its limits."""

@@ -14,6 +14,7 @@ from hami_common.scheduling.vendor import ContainerFit, FitContext
 from hami_common.vendors._common import (
     FULL_CORES,
     SHARED_LOCK_EXPIRY,
+    check_quantities,
     count,
     device_request,
     family_preferences,
@@ -84,6 +85,9 @@ class HygonFamily:
             use_type=USE_DCUTYPE,
             nouse_type=NOUSE_DCUTYPE,
         )
+
+    def check(self, container: ContainerResources) -> None:
+        check_quantities(container, self.resource_names, self.request)
 
     def admit(self, container: ContainerResources, pod_annotations: Mapping[str, str]) -> Admission:
         """Nothing is rewritten; the container asks for DCU when the count is in its limits."""
