@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from hami_common.annotations import DeviceInfo
@@ -160,3 +161,16 @@ def test_history_forgets_ended_pods_and_refuses_series_beyond_its_cap() -> None:
 @pytest.mark.parametrize(("word", "vendor"), [("NVIDIA-H100", "NVIDIA"), ("", "unknown"), ("910", "910")])
 def test_vendor_words(word: str, vendor: str) -> None:
     assert webview.vendor_of(word) == vendor
+
+
+def test_a_pod_admitted_before_it_had_a_uid_waits_under_its_name_until_placed() -> None:
+    # a mutating webhook meets a pod before the apiserver gives it a uid: the admission carries none
+    admitted = [AdmissionEvent(pod_uid="", namespace="ns", name=n, allowed=True, gpu_containers=1, at_ns=START_NS)
+                for n in ("a", "b")]  # fmt: skip
+    state = fold(inventory(), *admitted)
+    assert [w.uid for w in webview.workloads(state, START_NS)] == ["ns_a", "ns_b"]
+    assert webview.workload_detail(state, "ns_b", START_NS) is not None
+    decision = msgspec.structs.replace(placement("u-a", container("main", (GPU_A, 1, 1)), namespace="ns"), name="a")
+    placed = apply(state, decision, START_NS + NS_PER_S)
+    assert [(w.uid, w.state) for w in webview.workloads(placed, START_NS)] == [("u-a", "bound"), ("ns_b", "pending")]
+    assert placed.path.admission_to_bind.count == 1

@@ -30,6 +30,7 @@ __all__ = [
     "on_admission",
     "on_allocation",
     "on_placement",
+    "pending_key",
     "retire_namespaces",
     "with_lag",
 ]
@@ -56,6 +57,12 @@ MAX_ADMISSION_NAMESPACES: Final = 1000  # namespaces with a label of their own; 
 _EMPTY: Final = Histogram()
 
 
+def pending_key(uid: str, namespace: str, name: str) -> str:
+    """A pending pod's key: its uid, else ``<namespace>_<name>``. A mutating webhook meets a pod before the
+    apiserver gives it a uid, so admissions usually carry none; ``_`` is in no namespace or pod name."""
+    return uid or f"{namespace}_{name}"
+
+
 class PendingAdmission(NamedTuple):
     """A GPU pod the webhook admitted that has no placement yet (the web page lists it as waiting)."""
 
@@ -80,7 +87,7 @@ class PathStats:
     bind_to_allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
     allocate: Mapping[str, Histogram] = field(default_factory=dict)  # path -> seconds
     delivery_lag: Mapping[str, Histogram] = field(default_factory=dict)  # bus kind -> seconds
-    pending_admissions: Mapping[str, PendingAdmission] = field(default_factory=dict)  # by pod uid
+    pending_admissions: Mapping[str, PendingAdmission] = field(default_factory=dict)  # by pending_key
 
 
 def _seconds(ns: int) -> float:
@@ -126,7 +133,9 @@ def on_admission(path: PathStats, ev: AdmissionEvent, now_ns: int) -> PathStats:
     path = replace(with_lag(path, KIND_ADMISSION, ev.at_ns, now_ns), admissions=admissions, admission_seen=seen)
     if ev.allowed and ev.gpu_containers > 0:  # only GPU pods reach our bind
         pending = dict(path.pending_admissions)
-        pending[ev.pod_uid] = PendingAdmission(ev.at_ns, now_ns, ev.namespace, ev.name)
+        pending[pending_key(ev.pod_uid, ev.namespace, ev.name)] = PendingAdmission(
+            ev.at_ns, now_ns, ev.namespace, ev.name
+        )
         path = replace(path, pending_admissions=pending)
     return path
 
@@ -134,9 +143,10 @@ def on_admission(path: PathStats, ev: AdmissionEvent, now_ns: int) -> PathStats:
 def on_placement(path: PathStats, ev: PlacementDecision, now_ns: int) -> PathStats:
     path = with_lag(path, KIND_PLACEMENT, ev.bind_time_ns, now_ns)
     changes: dict[str, object] = {"placements": path.placements + 1}
-    pending = path.pending_admissions.get(ev.pod_uid)
+    keys = {ev.pod_uid, pending_key("", ev.namespace, ev.name)}  # admitted with its uid, or before it had one
+    pending = next((p for key in keys if (p := path.pending_admissions.get(key)) is not None), None)
     if pending is not None:
-        changes["pending_admissions"] = {uid: v for uid, v in path.pending_admissions.items() if uid != ev.pod_uid}
+        changes["pending_admissions"] = {k: v for k, v in path.pending_admissions.items() if k not in keys}
         changes["admission_to_bind"] = path.admission_to_bind.observe(_seconds(ev.bind_time_ns - pending.at_ns))
     if isinstance(ev, PlacementDecision):
         for name, ns in (("filter", ev.filter_ns), ("bind", ev.bind_ns), ("handoff_wait", ev.handoff_wait_ns)):

@@ -29,14 +29,15 @@ STATIC: Final = "/ui/static"
 _PACKAGE: Final = "hami_metrics"
 _JSON: Final = "application/json"
 _HTML: Final = "text/html; charset=utf-8"
-# Node names are DNS subdomains; card ids are UUIDs or <node>-<vendor>-<i>; pod uids are UUIDs.
+# Node names are DNS subdomains; card ids are UUIDs or <node>-<vendor>-<i>; a pod is its uid, or
+# <namespace>_<name> while it waits without one (schedpath.pending_key).
 _NAME: Final = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
 _CARD: Final = r"^[A-Za-z0-9][A-Za-z0-9._~-]*$"
-_UID: Final = r"^[A-Za-z0-9][A-Za-z0-9-]*$"
+_UID: Final = r"^[a-z0-9][-a-z0-9._]*$"
 
 NodeName = Annotated[str, Path(pattern=_NAME, max_length=253, description="a node's name")]
 CardId = Annotated[str, Path(pattern=_CARD, max_length=253, description="a card's uuid as registered")]
-PodUid = Annotated[str, Path(pattern=_UID, max_length=64, description="a pod's uid")]
+PodUid = Annotated[str, Path(pattern=_UID, max_length=317, description="a pod's uid (or namespace_name)")]
 
 
 class OverviewPage(msgspec.Struct, frozen=True, kw_only=True):

@@ -168,7 +168,7 @@ class ContainerUse(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class WorkloadRow(msgspec.Struct, frozen=True, kw_only=True):
-    uid: str
+    uid: str  # a pending pod admitted before it had a uid: <namespace>_<name> (schedpath.pending_key)
     namespace: str
     name: str
     state: str  # "bound" or "pending"

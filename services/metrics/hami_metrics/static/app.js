@@ -65,7 +65,7 @@ function chart(target, history, fields, title) {
   box.dataset.chart = title;
   target.appendChild(box);
   if (!history || history.t.length === 0) {
-    box.innerHTML = `<strong>${esc(title)}</strong>: ${NO_DATA} (no sample yet: one is taken every ${history ? history.interval_s : "few"} s)`;
+    box.innerHTML = `<strong>${esc(title)}</strong>: ${NO_DATA} (not sampled yet: the service samples every --history-interval-s)`;
     return;
   }
   if (typeof window.uPlot !== "function") {
@@ -76,7 +76,13 @@ function chart(target, history, fields, title) {
   const data = [history.t, ...picked.map((f) => history.values[history.fields.indexOf(f)])];
   const series = [{}, ...picked.map((f, i) => ({ label: LABELS[f] ?? f, stroke: COLORS[(i + 1) % COLORS.length], width: 2 }))];
   const width = Math.max(320, Math.min(900, view.clientWidth - 40));
-  charts.push(new window.uPlot({ title, width, height: 200, series, scales: { x: { time: true } } }, data, box));
+  // one sample (a fresh service) still gets a readable axis: ten minutes around it, and room for big numbers
+  const [first, last] = [history.t[0], history.t[history.t.length - 1]];
+  const x = first === last ? { time: true, auto: false, range: () => [first - 300, last + 300] } : { time: true };
+  const level = (u, min, max) => [Math.min(0, min ?? 0), Math.max(1, (max ?? 0) * 1.1)];
+  const scales = { x, y: { range: level } };
+  const axes = [{}, { size: 70 }];
+  charts.push(new window.uPlot({ title, width, height: 200, series, scales, axes }, data, box));
 }
 
 // --- views -------------------------------------------------------------------------------------------------------
