@@ -258,6 +258,7 @@ async function render() {
     view.innerHTML = `<h1>${esc(route)}</h1><p class="error" id="error">${esc(err.message)}</p>`;
   }
   view.dataset.view = route;
+  view.dataset.renderedMs = performance.now().toFixed(1); // since navigation start: the benchmark reads it
   view.dataset.ready = "1";
   clearTimeout(timer);
   if (REFRESH_MS > 0) {
