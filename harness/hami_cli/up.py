@@ -51,7 +51,7 @@ from hami_sim.scheduler import is_unschedulable_message
 from hami_sim.stack import LocalCluster, StackConfig
 from hami_sim.waiting import ConditionTimeoutError, eventually
 
-__all__ = ["StartFailed", "example_paths", "main", "parser"]
+__all__ = ["StartFailed", "example_paths", "main", "parser", "web_page"]
 
 log = logging.getLogger(__name__)
 
@@ -224,7 +224,7 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
             headers = {"Authorization": f"Bearer {cluster.metrics_token}"} if cluster.metrics_token else {}
             text = (await client.get(cluster.metrics_url, headers=headers)).text
             series = sum(1 for line in text.splitlines() if line.startswith("hami_"))
-            print(f"\nMetrics:     {cluster.metrics_url}   ({series} hami_* series)")
+            print(f"\nMetrics:     {cluster.metrics_url}   ({series} hami_* series)   web page: {web_page(cluster)}")
         except httpx.HTTPError as err:
             print(f"\nMetrics:     {cluster.metrics_url}   (not answering: {err})")
     traced = next(
@@ -234,6 +234,11 @@ async def _show(cluster: LocalCluster, uids: list[str], exporter: InMemorySpanEx
         print(
             "Traces:      " + _trace_summary(exporter.get_finished_spans(), traced.metadata.annotations[TRACE_CONTEXT])
         )
+
+
+def web_page(cluster: LocalCluster) -> str:
+    """The metrics service's web page (docs/webui.md), beside its /metrics."""
+    return cluster.metrics_url.removesuffix("/metrics") + "/ui/"
 
 
 def _hold_ctrl_c() -> None:
@@ -305,6 +310,7 @@ async def _up(args: argparse.Namespace, exporter: InMemorySpanExporter) -> None:
         print(f"Kubernetes:  {cluster.api.url}")
         print(f"kubeconfig:  {config.kubeconfig}   (kubectl --kubeconfig {config.kubeconfig} get pods -o wide)")
         print(f"webhook:     {cluster.webhook_url}/webhook   extender: {cluster.extender_url}")
+        print(f"metrics:     {cluster.metrics_url}   web page: {web_page(cluster)}")
         print(f"logs:        {workdir / 'hami-up.log'}", flush=True)
         if not args.no_examples:
             print(f"submitting the examples in {args.examples}:")
