@@ -11,7 +11,9 @@ from typing import Final
 
 __all__ = [
     "API_VERSION",
+    "ATTR_INDEX",
     "ATTR_NUMA_NODE",
+    "ATTR_PCIE_BUS_ID",
     "ATTR_PCIE_ROOT",
     "ATTR_PRODUCT_NAME",
     "ATTR_TYPE",
@@ -20,11 +22,14 @@ __all__ = [
     "CAPACITY_MEMORY",
     "CLAIM_SUFFIX",
     "DEVICE_CLASS",
+    "DEVICE_PREFIX",
     "DEVICE_TYPE",
     "DRIVER",
     "EXACT_COUNT",
     "MAX_NAME",
+    "MAX_SLICE_DEVICES",
     "REQUEST",
+    "SLICE_KIND",
     "TEMPLATE_KIND",
     "TEMPLATE_PREFIX",
     "qualified",
@@ -32,12 +37,15 @@ __all__ = [
 
 API_VERSION: Final = "resource.k8s.io/v1"
 TEMPLATE_KIND: Final = "ResourceClaimTemplate"
+SLICE_KIND: Final = "ResourceSlice"
 EXACT_COUNT: Final = "ExactCount"  # allocationMode
 
 DRIVER: Final = "hami-core-gpu.project-hami.io"  # HAMi's kubelet plugin (binary hami-kubelet-plugin)
 DEVICE_CLASS: Final = DRIVER  # HAMi-DRA's chart names the class after the driver
 DEVICE_TYPE: Final = "hami-gpu"  # the `type` attribute of every HAMi-core GPU device
 REQUEST: Final = "gpu"  # the one request of a container's claim
+DEVICE_PREFIX: Final = "hami-gpu-"  # a published device is hami-gpu-<index>, as HAMi's kubelet plugin names it
+MAX_SLICE_DEVICES: Final = 128  # the API's limit per ResourceSlice (64 with taints or counters: we set neither)
 
 # Capacity of a device (consumable, KEP-5075): memory in bytes (whole card by default), cores in percent.
 CAPACITY_MEMORY: Final = "memory"
@@ -47,6 +55,8 @@ CAPACITY_CORES: Final = "cores"
 ATTR_TYPE: Final = "type"
 ATTR_UUID: Final = "uuid"
 ATTR_PRODUCT_NAME: Final = "productName"
+ATTR_INDEX: Final = "index"
+ATTR_PCIE_BUS_ID: Final = "pcieBusID"
 # ... and Kubernetes' standard ones, fully qualified. HAMi's plugin publishes pcieRoot; numaNode is KEP-6072's.
 ATTR_PCIE_ROOT: Final = "resource.kubernetes.io/pcieRoot"
 ATTR_NUMA_NODE: Final = "resource.kubernetes.io/numaNode"
