@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real Kubernetes peers the tests and `hami up --kube real` run against, from the Go modules
-# pinned in this folder's go.mod/go.sum: kube-apiserver, kube-scheduler, kubelet and kubectl
-# (k8s.io/kubernetes), etcd (go.etcd.io/etcd/server/v3), and fakecri (ours: the in-memory CRI runtime of
+# pinned in this folder's go.mod/go.sum: kube-apiserver, kube-scheduler, kube-controller-manager, kubelet
+# and kubectl (k8s.io/kubernetes; the controller manager runs only where a test needs its controllers, e.g.
+# DRA's resourceclaim controller), etcd (go.etcd.io/etcd/server/v3), and fakecri (ours: the in-memory CRI runtime of
 # k8s.io/cri-client/pkg/fake on a socket, so a real kubelet runs pods without containers). Output: $HAMI_K8S_BIN (default .cache/k8s/bin at the repository root).
 # Go's own module and build caches are reused, so a second build only links.
 set -euo pipefail
@@ -27,13 +28,13 @@ stamp() {  # what /version and kubectl version report, as upstream's hack/lib/ve
 }
 ldflags="-s -w $(stamp)"
 mkdir -p "$out"
-echo "k8s: building kube-apiserver, kube-scheduler, kubelet, kubectl $kube, fakecri and etcd $(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) into $out"
+echo "k8s: building kube-apiserver, kube-scheduler, kube-controller-manager, kubelet, kubectl $kube, fakecri and etcd $(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3) into $out"
 echo "k8s: $(go version); a cold build takes about 13 minutes on 2 cores, a warm one under a minute"
 start=$(date +%s)
 # -v prints each package as it compiles: the progress of a long cold build.
 CGO_ENABLED=0 go build -v -trimpath -ldflags "$ldflags" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kubectl \
-    k8s.io/kubernetes/cmd/kubelet ./fakecri \
+    k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kubelet ./fakecri \
     2>&1 | awk '/ |^#/ { print; fflush(); next }  # an error or a warning: show it whole
                 { n++; if (n % 200 == 0) { printf "k8s: %d packages compiled (%s)\n", n, $0; fflush() } }'
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/etcd" go.etcd.io/etcd/server/v3
