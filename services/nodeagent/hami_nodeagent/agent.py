@@ -26,6 +26,7 @@ from hami_common.kube import EventRecorder, KubeClient, Pod
 from hami_common.staging import StagingStore
 from hami_common.subjects import PLACEMENT_STREAM
 from hami_common.vendors.plugin import plugins
+from hami_nodeagent.draslices import KubeSlices, SlicePublisher
 from hami_nodeagent.pods import PodIndex, node_pod_cache
 from hami_nodeagent.prestage import Prestager
 from hami_nodeagent.registration import Registrar
@@ -85,6 +86,17 @@ class NodeAgent:
             feedback=settings.priority_feedback,
             limits_root=Path(allocation.limits_host_dir or f"{allocation.vgpu_dir}/limits"),
         )
+        # DRA mode: kube-scheduler allocates from the node's ResourceSlices (the registration stays, harmless)
+        self.slices: SlicePublisher | None = None
+        if settings.dra:
+            self.slices = SlicePublisher(
+                node=node,
+                inventory=inventory,
+                store=KubeSlices(kube),
+                config=device,
+                check_interval=settings.register_interval,
+                poll_interval=settings.health_interval,
+            )
         self.consumer: Subscription | None = None
         self._ended: asyncio.Queue[Pod] = asyncio.Queue()
         self.pods.on_gone.append(self._ended.put_nowait)
@@ -132,6 +144,8 @@ class NodeAgent:
                 group.create_task(self.prestager.run_reconciler(), name="staging-reconciler"),
                 group.create_task(self.announce_ended(), name="pod-ended"),
             ]
+            if self.slices is not None:
+                tasks.append(group.create_task(self.slices.run(), name="dra-slices"))
             starting = group.create_task(self.start_consumer(), name="placement-consumer")
             await stop.wait()
             starting.cancel()

@@ -44,6 +44,7 @@ class NodeAgentSettings(BusSettings, KubeSettings, NodeConfigSettings):
     usage_interval: float = setting(5.0, "seconds between scans of the containers' cache files")
     cache_dir_grace: float = setting(300.0, "seconds before the cache directory of a vanished pod is removed")
     priority_feedback: bool = setting(True, "write recent_kernel/utilization_switch back like HAMi's monitor")
+    dra: bool = setting(False, "DRA mode (docs/dra.md): also publish this node's GPUs as ResourceSlices")
 
     def __post_init__(self) -> None:
         """What ``load`` cannot check field by field; InvalidInput (exit 2 from ``main``) says what is wrong."""
