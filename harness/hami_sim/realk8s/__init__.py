@@ -5,10 +5,17 @@ modules at pinned versions. :class:`ControlPlane` runs etcd and kube-apiserver w
 surface; :class:`KubeScheduler` runs a ``hami-scheduler`` replica configured as ``deploy/`` configures it;
 ``_manifests`` renders ``deploy/kustomize/base`` with the real kubectl, so RBAC and the webhook
 configuration are the deployed ones; :class:`RealKubelet` runs the real kubelet on a fake CRI runtime, so its
-device manager calls our device plugin.
+device manager calls our device plugin; :class:`KubeControllerManager` runs the controllers a test needs
+(DRA's resourceclaim controller and the garbage collector).
 """
 
 from hami_sim.realk8s._binaries import BIN_ENV, PEERS, BinariesMissing, K8sBinaries, find_binaries, repo_root
+from hami_sim.realk8s._controllers import (
+    CONTROLLER_MANAGER,
+    DRA_CONTROLLERS,
+    KubeControllerManager,
+    find_controller_manager,
+)
 from hami_sim.realk8s._kubelet import DEVICE_PLUGIN_DIR, RealKubelet, mount_namespaces_work
 from hami_sim.realk8s._manifests import (
     ManagedResource,
@@ -28,13 +35,16 @@ from hami_sim.realk8s._scheduler import KubeScheduler, uts_namespaces_work
 __all__ = [
     "ADMIN_USER",
     "BIN_ENV",
+    "CONTROLLER_MANAGER",
     "DEVICE_PLUGIN_DIR",
+    "DRA_CONTROLLERS",
     "PEERS",
     "SYSTEM_NAMESPACE",
     "ApiError",
     "BinariesMissing",
     "ControlPlane",
     "K8sBinaries",
+    "KubeControllerManager",
     "KubeScheduler",
     "ManagedResource",
     "Peer",
@@ -42,6 +52,7 @@ __all__ = [
     "apply",
     "deployed",
     "find_binaries",
+    "find_controller_manager",
     "free_port",
     "kubectl",
     "managed_resources",
