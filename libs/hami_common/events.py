@@ -23,6 +23,7 @@ __all__ = [
     "BusEvent",
     "ContainerPlacement",
     "DeviceSample",
+    "FilterRefusal",
     "NodeInventory",
     "NodePods",
     "PlacedDevice",
@@ -30,6 +31,7 @@ __all__ = [
     "PodEnded",
     "QuotaResource",
     "QuotaUsage",
+    "RefusalReason",
     "UsageMessage",
     "UsageSample",
 ]
@@ -193,6 +195,25 @@ class NodePods(BusEvent, frozen=True, kw_only=True, tag="node-pods"):
 
     node: str
     pods: tuple[PlacementDecision, ...] = ()
+    at_ns: int
+
+
+class RefusalReason(msgspec.Struct, frozen=True, kw_only=True):
+    """One reason the Filter gave, and on how many nodes (HAMi's ``FilteringFailed`` event, counted)."""
+
+    reason: str  # e.g. "CardInsufficientMemory" or "NodeUnregistered"
+    nodes: int
+
+
+class FilterRefusal(BusEvent, frozen=True, kw_only=True, tag="unplaced"):
+    """The extender found no node for a pod, published on ``hami.scheduling.<namespace>``: why a pending pod
+    waits, for the metrics service's web page, without it reading Kubernetes events."""
+
+    pod_uid: str
+    namespace: str
+    name: str
+    nodes: int  # the nodes kube-scheduler offered
+    reasons: tuple[RefusalReason, ...] = ()  # most frequent first
     at_ns: int
 
 

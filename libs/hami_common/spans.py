@@ -29,6 +29,7 @@ _PER_OBJECT: Final = (
     (subjects.INVENTORY, logkeys.NODE),
     (subjects.USAGE, logkeys.NODE),
     (subjects.ADMISSION, logkeys.NAMESPACE),
+    (subjects.SCHEDULING, logkeys.NAMESPACE),
 )
 # OpenTelemetry's messaging conventions: the concrete subject is an attribute, never the name.
 DESTINATION: Final = "messaging.destination.name"

@@ -21,6 +21,7 @@ __all__ = [
     "JS_API",
     "PLACEMENT",
     "PLACEMENT_STREAM",
+    "SCHEDULING",
     "USAGE",
     "admission",
     "allocated",
@@ -29,6 +30,7 @@ __all__ = [
     "node_from_token",
     "placement",
     "placement_consumer",
+    "scheduling",
     "subject_token",
     "usage",
     "wildcard",
@@ -39,6 +41,7 @@ PLACEMENT: Final = "hami.placement"
 ALLOCATED: Final = "hami.allocated"
 INVENTORY: Final = "hami.inventory"
 USAGE: Final = "hami.usage"
+SCHEDULING: Final = "hami.scheduling"  # the extender's word on pods it could not place, per namespace
 ALL: Final = "hami.>"
 
 PLACEMENT_STREAM: Final = "HAMI_PLACEMENT"
@@ -68,6 +71,10 @@ def node_from_token(token: str) -> str:
 
 def admission(namespace: str) -> str:
     return f"{ADMISSION}.{subject_token(namespace)}"
+
+
+def scheduling(namespace: str) -> str:
+    return f"{SCHEDULING}.{subject_token(namespace)}"
 
 
 def placement(node: str) -> str:

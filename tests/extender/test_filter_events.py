@@ -13,7 +13,11 @@ from typing import Any
 
 import pytest
 
+from hami_common import subjects
 from hami_common.annotations import NODE_SCHEDULER_POLICY
+from hami_common.bus import Bus, Delivery
+from hami_common.events import FilterRefusal
+from hami_common.scheduling import Reason
 from hami_extender.notices import FILTERING_SUCCEED
 from hami_extender.settings import ExtenderSettings
 from hami_sim.kubeapi import KubeApiEmulator, parse_field_selector, parse_label_selector
@@ -92,3 +96,30 @@ async def test_a_subset_of_the_cluster_is_counted_as_given(emulator: KubeApiEmul
     given = names[:2]  # kube-scheduler filtered the other three out before asking
     await extender.filter(add_pod(emulator, "subset"), given)
     assert counted(await success_message(emulator, "subset")) == len(given)
+
+
+async def test_a_pod_no_node_fits_is_announced_with_its_reasons_counted(
+    emulator: KubeApiEmulator, extender: Served, bus: Bus
+) -> None:
+    """The metrics service's page says why a pending pod waits from this message, not from Kubernetes events."""
+    received: list[FilterRefusal] = []
+
+    async def on_refusal(event: FilterRefusal, delivery: Delivery) -> None:
+        assert delivery.subject == subjects.scheduling("default")
+        received.append(event)
+
+    await bus.subscribe(subjects.wildcard(subjects.SCHEDULING), FilterRefusal, on_refusal)
+    small = {f"s{i}": cards(f"s{i}", devmem=1000) for i in range(1, 4)}
+    await registered(emulator, extender, small)
+    await eventually(lambda: extender.state["publisher"].bus is not None, what="the extender's bus")
+    pod = add_pod(emulator, "too-big", containers=[gpu_container(mem=5000)])
+    answer = await extender.filter(pod, ["ghost", *small])
+    assert not answer["NodeNames"]
+    await eventually(lambda: received, timeout=10, what="the refusal on hami.scheduling")
+    (refusal,) = received
+    assert (refusal.pod_uid, refusal.namespace, refusal.name) == (pod["metadata"]["uid"], "default", "too-big")
+    assert refusal.nodes == 4
+    # every small node refuses each of its cards for memory; the node it never saw is unregistered
+    counted_reasons = {r.reason: r.nodes for r in refusal.reasons}
+    assert counted_reasons == {Reason.CARD_INSUFFICIENT_MEMORY: 3, Reason.NODE_UNREGISTERED: 1}
+    assert refusal.reasons[0].reason == Reason.CARD_INSUFFICIENT_MEMORY  # most frequent first

@@ -13,6 +13,7 @@ from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
     DeviceSample,
+    FilterRefusal,
     NodePods,
     PodEnded,
     UsageSample,
@@ -162,12 +163,15 @@ async def test_malformed_messages_are_counted_and_skipped_and_the_service_goes_o
     wrong_subject = usage("u9", node="other-node")  # a node's usage published on another node's subject
     await served.bus.publish(subjects.usage(NODE), wrong_subject)
     await served.bus.publish(subjects.usage(NODE), usage("u9", node="Not A Node!"))  # not a Kubernetes name
+    refusal = FilterRefusal(pod_uid="u9", namespace="team-b", name="p", nodes=1, at_ns=START_NS)
+    await served.bus.publish(subjects.scheduling("team-a"), refusal)  # another namespace's subject
+    await served.bus.publish(subjects.scheduling("team-a"), WrongTypes(node=5))
     await served.publish(subjects.inventory(NODE), inventory())  # ordered after the junk on one connection
 
     samples = await served.scrape()
     outcomes = {dict(lb)["outcome"]: v for lb, v in series(samples, "hami_bus_messages_total").items()}
-    assert outcomes["malformed"] == len(junk) + 1
-    assert outcomes["rejected"] == 2
+    assert outcomes["malformed"] == len(junk) + 2
+    assert outcomes["rejected"] == 3
     assert len(series(samples, "hami_gpu_memory_limit_bytes")) == 2
     assert series(samples, "hami_vgpu_memory_used_bytes") == {}
 

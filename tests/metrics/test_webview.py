@@ -6,7 +6,15 @@ import msgspec
 import pytest
 
 from hami_common.annotations import DeviceInfo
-from hami_common.events import AdmissionEvent, DeviceSample, PodEnded, QuotaResource, QuotaUsage
+from hami_common.events import (
+    AdmissionEvent,
+    DeviceSample,
+    FilterRefusal,
+    PodEnded,
+    QuotaResource,
+    QuotaUsage,
+    RefusalReason,
+)
 from hami_metrics import webview
 from hami_metrics.history import History, HistoryLimits
 from hami_metrics.state import NS_PER_S, ClusterState, apply
@@ -174,3 +182,22 @@ def test_a_pod_admitted_before_it_had_a_uid_waits_under_its_name_until_placed() 
     placed = apply(state, decision, START_NS + NS_PER_S)
     assert [(w.uid, w.state) for w in webview.workloads(placed, START_NS)] == [("u-a", "bound"), ("ns_b", "pending")]
     assert placed.path.admission_to_bind.count == 1
+
+
+def test_a_pending_pod_says_what_the_filter_refused_it_for() -> None:
+    admitted = AdmissionEvent(pod_uid="", namespace="ns", name="big", allowed=True, gpu_containers=1, at_ns=START_NS)
+    reasons = (
+        RefusalReason(reason="CardInsufficientMemory", nodes=3),
+        RefusalReason(reason="node unregistered", nodes=1),
+    )
+    refusal = FilterRefusal(pod_uid="u-big", namespace="ns", name="big", nodes=4, reasons=reasons,
+                            at_ns=START_NS + 2 * NS_PER_S)  # fmt: skip
+    state = fold(inventory(), admitted)
+    (before,) = webview.workloads(state, START_NS)
+    assert "has not refused it" in before.reason
+    refused = apply(state, refusal, START_NS + 2 * NS_PER_S)
+    (row,) = webview.workloads(refused, START_NS + 5 * NS_PER_S)
+    assert "no node fits (4 nodes offered: 3 CardInsufficientMemory, 1 node unregistered; 3 s ago)" in row.reason
+    # a refusal of a pod never seen admitted (the service started later) is not kept: nothing would remove it
+    stranger = msgspec.structs.replace(refusal, pod_uid="u-other", name="other")
+    assert apply(refused, stranger, START_NS).path.pending_admissions == refused.path.pending_admissions

@@ -178,6 +178,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                 nominations=nominations,
                 families=families,
                 bus_node=lambda name: placed_over_bus(nodes.get("", name)),
+                refusals=publisher.offer_refusal,
             )
             preemptor = Preemptor(
                 ledger=ledger,
@@ -197,6 +198,7 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
                     tg.create_task(notices.run(recorder), name="events"),
                     tg.create_task(binder.run_unlocks(), name="unlocks"),
                     tg.create_task(_keep_bus(s, publisher, binder), name="bus"),
+                    tg.create_task(publisher.run_refusals(), name="refusals"),
                     tg.create_task(_freeze_after_sync(readiness), name="gc-freeze"),
                     tg.create_task(handshakes.run_writes(kube, s.kube_timeout), name="handshakes"),
                     tg.create_task(

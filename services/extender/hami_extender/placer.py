@@ -27,7 +27,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -46,6 +46,7 @@ from hami_common.annotations import (
     encode_unix_seconds,
 )
 from hami_common.errors import HamiError, InvalidInput, TransientError
+from hami_common.events import FilterRefusal, RefusalReason
 from hami_common.grants import GrantKey, family_lists
 from hami_common.kube import ObjectMeta, ObjectReference, Pod, PodPatcher, reference_to
 from hami_common.resources import PodRequest, ResourceConfig
@@ -72,7 +73,7 @@ from hami_extender.sync import registration_from
 from hami_extender.timings import FilterTimes
 from hami_extender.wire import FilterArgs, FilterResult, RawNodeList
 
-__all__ = ["Filtered", "Placer", "request_of"]
+__all__ = ["Filtered", "Placer", "refusal_of", "request_of"]
 
 log = logging.getLogger(__name__)
 
@@ -82,6 +83,22 @@ _NO_FAMILIES = Families()
 
 def request_of(pod: Pod, config: ResourceConfig, families: Families = _NO_FAMILIES) -> PodRequest:
     return families.request_of(pod, config)
+
+
+def refusal_of(pod: Pod, failed: Sequence[NodeFit], offered: int, at_ns: int) -> FilterRefusal:
+    """The Filter's reasons for a pod no node fits, counted per reason over the nodes, most frequent first."""
+    counts: Counter[str] = Counter()
+    for fit in failed:
+        counts.update(str(why) for why in fit.rejected)
+    meta = pod.metadata
+    return FilterRefusal(
+        pod_uid=meta.uid,
+        namespace=meta.namespace,
+        name=meta.name,
+        nodes=offered,
+        reasons=tuple(RefusalReason(reason=r, nodes=n) for r, n in sorted(counts.items(), key=lambda i: (-i[1], i[0]))),
+        at_ns=at_ns,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,6 +147,7 @@ class Placer:
     nominations: Nominations | None = None  # preemptors kube-scheduler nominated: their nodes are kept for them
     families: Families = field(default_factory=Families)  # the device families besides NVIDIA
     bus_node: Callable[[str], bool] = field(default=lambda node: False)  # the node's allocator is ours
+    refusals: Callable[[FilterRefusal], None] | None = None  # told of each pod no node fits (never waited for)
 
     def _preferences(self, pod: Pod) -> PodPreferences:
         try:
@@ -223,6 +241,8 @@ class Placer:
         ref = reference_to(pod, "Pod")
         if chosen is None:
             self._report_failure(ref, failed)
+            if self.refusals is not None:
+                self.refusals(refusal_of(pod, failed, len(wanted or set(names)), time.time_ns()))
             return Filtered(FilterResult(failed_nodes=_sorted_reasons(failed)))
         booking = Booking(
             uid=meta.uid,

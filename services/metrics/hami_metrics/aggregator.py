@@ -28,6 +28,7 @@ from hami_common.events import (
     AdmissionEvent,
     AdmissionMessage,
     AllocationResult,
+    FilterRefusal,
     NodeInventory,
     PlacementDecision,
     QuotaUsage,
@@ -113,6 +114,13 @@ class Aggregator:
         if self.shard.index == 0:
             self.fold(event)
 
+    async def on_refusal(self, event: FilterRefusal, delivery: Delivery) -> None:
+        """The pending pods are shard 0's, as their admissions are."""
+        if delivery.subject != subjects.scheduling(event.namespace):  # raises InvalidInput for a bad namespace
+            raise InvalidInput(f"refusal of a pod in {event.namespace!r} arrived on {delivery.subject}")
+        if self.shard.index == 0:
+            self.fold(event)
+
     def _node_adapter(self, subject_of: Callable[[str], str]) -> Callable[[NodeEvent, Delivery], Awaitable[None]]:
         async def on_node_event(event: NodeEvent, delivery: Delivery) -> None:
             _check_subject(event.node, delivery, subject_of)
@@ -163,6 +171,7 @@ class Aggregator:
                 _any_admission(self.on_admission),
             ),
             await bus.subscribe(subjects.wildcard(subjects.INVENTORY), NodeInventory, self.on_inventory),
+            await bus.subscribe(subjects.wildcard(subjects.SCHEDULING), FilterRefusal, self.on_refusal),
         ]
         if self.shard.count == 1:
             for subject, kind, handler in self._subjects(None):

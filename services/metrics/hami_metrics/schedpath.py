@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final, NamedTuple
 
-from hami_common.events import AdmissionEvent, AllocationResult, PlacementDecision
+from hami_common.events import AdmissionEvent, AllocationResult, FilterRefusal, PlacementDecision
 from hami_metrics.histogram import Histogram
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "on_admission",
     "on_allocation",
     "on_placement",
+    "on_refusal",
     "pending_key",
     "retire_namespaces",
     "with_lag",
@@ -70,6 +71,7 @@ class PendingAdmission(NamedTuple):
     seen_ns: int  # when the aggregator heard of it
     namespace: str = ""
     name: str = ""
+    refusal: FilterRefusal | None = None  # the extender's latest "no node fits", with its reasons
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +155,18 @@ def on_placement(path: PathStats, ev: PlacementDecision, now_ns: int) -> PathSta
             if ns is not None:
                 changes[name] = getattr(path, name).observe(_seconds(ns))
     return replace(path, **changes)  # type: ignore[arg-type]
+
+
+def on_refusal(path: PathStats, ev: FilterRefusal) -> PathStats:
+    """The extender found no node for a pod still waiting: its reasons replace the earlier ones. A refusal of a
+    pod the aggregator never saw admitted (it started later) is not kept: nothing would ever remove it."""
+    keys = (ev.pod_uid, pending_key("", ev.namespace, ev.name))
+    key = next((k for k in keys if k in path.pending_admissions), None)
+    if key is None:
+        return path
+    pending = dict(path.pending_admissions)
+    pending[key] = pending[key]._replace(refusal=ev)
+    return replace(path, pending_admissions=pending)
 
 
 def on_allocation(path: PathStats, ev: AllocationResult, bind_time_ns: int | None, now_ns: int) -> PathStats:

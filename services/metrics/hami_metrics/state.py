@@ -32,6 +32,7 @@ from hami_common.events import (
     AdmissionEvent,
     AllocationResult,
     DeviceSample,
+    FilterRefusal,
     NodeInventory,
     NodePods,
     PlacementDecision,
@@ -50,6 +51,7 @@ from hami_metrics.schedpath import (
     on_admission,
     on_allocation,
     on_placement,
+    on_refusal,
     with_lag,
 )
 
@@ -81,6 +83,7 @@ Event: TypeAlias = (
     | PodEnded
     | NodePods
     | QuotaUsage
+    | FilterRefusal
 )
 UsageKey: TypeAlias = tuple[str, str, str]  # pod uid, container name, device uuid
 
@@ -201,6 +204,8 @@ def apply(state: ClusterState, event: Event, now_ns: int) -> ClusterState:
             new = _on_admission(state, event, now_ns)
         case QuotaUsage():
             new = _on_quota(state, event)
+        case FilterRefusal():
+            new = _next(state, on_refusal(state.path, event))
         case _:
             return state
     return new

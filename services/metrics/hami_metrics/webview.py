@@ -21,6 +21,7 @@ from typing import Final
 
 import msgspec
 
+from hami_common.events import FilterRefusal
 from hami_metrics.state import NS_PER_S, ClusterState, ContainerUsage, Device, NodeState, PodOnNode
 
 __all__ = [
@@ -278,14 +279,17 @@ def _bound_row(node: NodeState, pod: PodOnNode, used: list[ContainerUsage]) -> W
     )
 
 
-def _pending_reason(waiting_s: float) -> str:
-    # The extender's filter reasons reach the pod's FailedScheduling Events, not the bus: say what the bus
-    # knows and where the rest is.
-    return (
-        f"admitted by the webhook {waiting_s:g} s ago and not placed yet: no node passed the filter, or "
-        "kube-scheduler has not tried again (the pod's FailedScheduling events and `hami status` give the "
-        "filter's reasons)"
-    )
+def _pending_reason(waiting_s: float, refusal: FilterRefusal | None, now_ns: int) -> str:
+    """The extender's latest reasons (``hami.scheduling``) when it has refused the pod, else what the bus knows."""
+    admitted = f"admitted by the webhook {waiting_s:g} s ago and not placed yet"
+    if refusal is None:
+        return (
+            f"{admitted}: the filter has not refused it (kube-scheduler may not have asked yet); the pod's "
+            "FailedScheduling events give kube-scheduler's own reasons"
+        )
+    reasons = ", ".join(f"{r.nodes} {r.reason}" for r in refusal.reasons) or "no reason given"
+    ago = _seconds(now_ns - refusal.at_ns)
+    return f"{admitted}: no node fits ({refusal.nodes} nodes offered: {reasons}; {ago:g} s ago)"
 
 
 def _pending_rows(state: ClusterState, now_ns: int) -> Iterator[WorkloadRow]:
@@ -302,7 +306,7 @@ def _pending_rows(state: ClusterState, now_ns: int) -> Iterator[WorkloadRow]:
             cores_booked=0,
             memory_used_mib=None,
             sm_util_percent=None,
-            reason=_pending_reason(waiting),
+            reason=_pending_reason(waiting, p.refusal, now_ns),
             waiting_s=waiting,
         )
 
