@@ -16,22 +16,27 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+import msgspec
 import pytest
 import yaml
 
 from hami_common.dra.names import DRIVER
-from hami_common.dra.slices import MIB, slice_name
+from hami_common.dra.objects import ResourceSlice
+from hami_common.dra.slices import MIB, node_slices, slice_name
+from hami_common.errors import Forbidden
 from hami_common.inventory import FakeInventory
 from hami_common.kube import KubeClient, KubeSettings
 from hami_common.quantity import value
 from hami_common.resources import GPU, GPU_MEMORY
 from hami_nodeagent.draslices import KubeSlices, SlicePublisher
 from hami_sim.realk8s import (
+    SYSTEM_NAMESPACE,
     ApiError,
     BinariesMissing,
     ControlPlane,
@@ -41,6 +46,8 @@ from hami_sim.realk8s import (
     apply,
     deployed,
     find_controller_manager,
+    policy_documents,
+    rbac_documents,
     repo_root,
     webhook_configuration,
 )
@@ -55,8 +62,9 @@ GPU_NODE: Final = "dra-gpu-node"
 CPU_NODE: Final = "dra-cpu-node"
 CARD_MIB: Final = 10000
 ASK_MIB: Final = 3000
-DEVICE_CLASS_FILE: Final = repo_root() / "deploy" / "kustomize" / "components" / "dra" / "deviceclass.yaml"
+NODE_SLICE_POLICY: Final = "hami-node-resourceslices"  # deploy/kustomize/components/dra/policy.yaml
 PODS: Final = f"/api/v1/namespaces/{TENANT}/pods"
+SLICES: Final = "/apis/resource.k8s.io/v1/resourceslices"
 CLAIMS: Final = f"/apis/resource.k8s.io/v1/namespaces/{TENANT}/resourceclaims"
 MERGE: Final = "application/merge-patch+json"
 WAIT_S: Final = 90.0  # a 2-core machine shared with others; scheduling itself takes well under a second
@@ -66,14 +74,19 @@ WAIT_S: Final = 90.0  # a 2-core machine shared with others; scheduling itself t
 class DraCluster:
     plane: ControlPlane
     publisher: SlicePublisher
+    node_token: str  # the node account's, bound to GPU_NODE
 
 
 def _node(plane: ControlPlane, name: str) -> None:
-    plane.create("", "v1", "nodes", None, {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
     # what a kubelet reports; without pods allocatable kube-scheduler finds no room for any pod
     room = {"cpu": "8", "memory": "32Gi", "pods": "110"}
-    status = {"status": {"capacity": room, "allocatable": room}}
-    plane.request("PATCH", f"/api/v1/nodes/{name}/status", status, MERGE)
+    node = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name},
+        "status": {"capacity": room, "allocatable": room},
+    }
+    plane.create("", "v1", "nodes", None, node)
 
 
 def _inventory(folder: Path) -> Path:
@@ -83,8 +96,26 @@ def _inventory(folder: Path) -> Path:
     return path
 
 
-async def _publish(admin: Path, inventory: Path) -> SlicePublisher:
-    async with KubeClient.from_settings(KubeSettings(kubeconfig=str(admin))) as kube:
+def _dra_deployment(k8s: K8sBinaries, folder: Path) -> list[Json]:
+    """deploy/kustomize/base with the dra component, as an operator's overlay adds it."""
+    kustomize = repo_root() / "deploy" / "kustomize"
+    overlay = folder / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(kustomize / "base", overlay)],
+                "components": [os.path.relpath(kustomize / "components" / "dra", overlay)],
+            }
+        )
+    )
+    return deployed(k8s, overlay)
+
+
+async def _publish(kubeconfig: Path, inventory: Path) -> SlicePublisher:
+    async with KubeClient.from_settings(KubeSettings(kubeconfig=str(kubeconfig))) as kube:
         publisher = SlicePublisher(node=GPU_NODE, inventory=FakeInventory(inventory, GPU_NODE), store=KubeSlices(kube))
         await publisher.sync()
         await publisher.sync(check=True)  # a second, checking pass writes nothing: the apiserver kept our slice
@@ -99,13 +130,22 @@ def dra_cluster(k8s: K8sBinaries, tmp_path_factory: pytest.TempPathFactory) -> I
         binaries_or_skip()  # the same rule as the other peers: a skip here, a failure under CI=true
         raise
     folder = tmp_path_factory.mktemp("dra-allocation")
+    documents = _dra_deployment(k8s, folder)
     with ControlPlane(folder / "plane", k8s) as plane:
         admin = plane.write_kubeconfig(folder / "admin")
         plane.ensure_namespace(TENANT)
-        apply(k8s, admin, [yaml.safe_load(DEVICE_CLASS_FILE.read_text())])
+        # the shipped accounts, their RBAC, the DeviceClass and the slice policy; base's pod and node policies
+        # are tested in test_admission_policies.py
+        dra_policy = [d for d in policy_documents(documents) if d["metadata"]["name"] == NODE_SLICE_POLICY]
+        apply(k8s, admin, [*rbac_documents(documents), *_of_kind(documents, "DeviceClass"), *dra_policy])
         _node(plane, GPU_NODE)
         _node(plane, CPU_NODE)
-        publisher = asyncio.run(_publish(admin, _inventory(folder)))
+        # the node agent publishes as the node DaemonSet's account, with a token bound to its node
+        node_token = plane.token(SYSTEM_NAMESPACE, "hami-node", node=GPU_NODE)
+        node_kubeconfig = plane.write_token_kubeconfig(folder / "node", node_token)
+        publisher = eventually_sync(  # the policy takes effect once the apiserver's informer has it
+            lambda: _published_or_none(node_kubeconfig, _inventory(folder)), what="the node agent publishes"
+        )
 
         tls = TlsFiles(folder / "tls.crt", folder / "tls.key")
         write_self_signed(tls.cert, tls.key)
@@ -117,11 +157,13 @@ def dra_cluster(k8s: K8sBinaries, tmp_path_factory: pytest.TempPathFactory) -> I
             "leaderElection": {"leaderElect": False},
         }
         scheduler = KubeScheduler(k8s, folder / "scheduler", scheduler_config, name="default-scheduler")
-        with served(offline_settings(tls, dra=True, kubeconfig=str(admin)), tls.cert) as webhook:
-            config = webhook_configuration(deployed(k8s), webhook.url, tls.cert.read_bytes())
-            for hook in config["webhooks"]:
-                hook["sideEffects"] = "NoneOnDryRun"
-            apply(k8s, admin, [config])
+        # the webhook writes templates as its own account: the component's RBAC must suffice
+        webhook_kubeconfig = plane.write_token_kubeconfig(
+            folder / "webhook", plane.token(SYSTEM_NAMESPACE, "hami-webhook")
+        )
+        with served(offline_settings(tls, dra=True, kubeconfig=str(webhook_kubeconfig)), tls.cert) as webhook:
+            # the component's registration as shipped (sideEffects: NoneOnDryRun), pointed at this webhook
+            apply(k8s, admin, [webhook_configuration(documents, webhook.url, tls.cert.read_bytes())])
             probe = _pod("probe")
             eventually_sync(
                 lambda: "resourceClaims" in plane.request("POST", f"{PODS}?dryRun=All", probe)["spec"],
@@ -130,10 +172,21 @@ def dra_cluster(k8s: K8sBinaries, tmp_path_factory: pytest.TempPathFactory) -> I
             controllers.start()
             scheduler.start()
             try:
-                yield DraCluster(plane, publisher)
+                yield DraCluster(plane, publisher, node_token)
             finally:
                 scheduler.stop()
                 controllers.stop()
+
+
+def _of_kind(documents: list[Json], kind: str) -> list[Json]:
+    return [d for d in documents if d["kind"] == kind]
+
+
+def _published_or_none(kubeconfig: Path, inventory: Path) -> SlicePublisher | None:
+    try:
+        return asyncio.run(_publish(kubeconfig, inventory))
+    except Forbidden:
+        return None
 
 
 def _pod(name: str) -> Json:
@@ -160,7 +213,7 @@ def _unschedulable_reason(plane: ControlPlane, name: str) -> str | None:
 
 
 def test_the_published_slice_passes_v1_validation_as_hami_dra_shapes_it(dra_cluster: DraCluster) -> None:
-    stored = dra_cluster.plane.request("GET", f"/apis/resource.k8s.io/v1/resourceslices/{slice_name(GPU_NODE, 0)}")
+    stored = dra_cluster.plane.request("GET", f"{SLICES}/{slice_name(GPU_NODE, 0)}")
     spec = stored["spec"]
     assert (spec["driver"], spec["nodeName"], spec["pool"]["name"]) == (DRIVER, GPU_NODE, GPU_NODE)
     [device] = spec["devices"]
@@ -169,6 +222,35 @@ def test_the_published_slice_passes_v1_validation_as_hami_dra_shapes_it(dra_clus
     assert device["allowMultipleAllocations"] is True
     assert stored["metadata"]["ownerReferences"][0]["name"] == GPU_NODE
     assert dra_cluster.publisher.writes == 1  # the checking pass found it intact
+
+
+def test_the_node_account_writes_only_its_own_nodes_slices_of_hamis_driver(dra_cluster: DraCluster) -> None:
+    plane = dra_cluster.plane
+    devices = dra_cluster.publisher.devices
+    [other] = node_slices(CPU_NODE, devices, generation=1)
+    [mine] = node_slices(GPU_NODE, devices, generation=1)
+    foreign = msgspec.structs.replace(mine, spec=msgspec.structs.replace(mine.spec, driver="gpu.example.com"))
+
+    def refused(token: str, body: ResourceSlice) -> str | None:
+        try:  # a dry run: admission judges it, nothing is stored
+            plane.request_as(token, "POST", f"{SLICES}?dryRun=All", msgspec.to_builtins(body))
+        except ApiError as err:
+            return f"{err.status} {err}"
+        return None
+
+    def forbidden(message: str | None, why: str) -> None:
+        assert message is not None
+        assert message.startswith("403 "), message
+        assert why in message, message
+
+    message = eventually_sync(lambda: refused(dra_cluster.node_token, other), WAIT_S, "another node's slice refused")
+    forbidden(message, "may write only the ResourceSlices of that node")
+    forbidden(refused(dra_cluster.node_token, foreign), "publish only the driver")
+    unbound = plane.token(SYSTEM_NAMESPACE, "hami-node")  # a token not bound to a node
+    forbidden(refused(unbound, mine), "no node-name claim")
+    # its own node's, of HAMi's driver, under a name not taken yet: allowed
+    spare = msgspec.structs.replace(mine, metadata=msgspec.structs.replace(mine.metadata, name=slice_name(GPU_NODE, 9)))
+    assert refused(dra_cluster.node_token, spare) is None
 
 
 def test_three_hami_pods_share_one_card_the_fourth_waits_until_one_is_deleted(dra_cluster: DraCluster) -> None:

@@ -122,6 +122,11 @@ class SlicePublisher:
     _names: frozenset[str] = frozenset()
     _uid: str = ""
 
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        """The devices last published (none before the first write)."""
+        return self._devices or ()
+
     async def sync(self, *, check: bool = False) -> bool:
         """Poll the inventory once and write the pool if it changed (with ``check``: or if the apiserver's
         slices are not the ones last written). True if anything was written. Raises HamiError."""
