@@ -14,13 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from hami_sim.realk8s import BinariesMissing, ControlPlane, K8sBinaries, find_binaries
+from hami_sim.realk8s import BinariesMissing, ControlPlane, K8sBinaries, find_binaries, find_controller_manager
 from hami_sim.stack import LocalCluster, StackConfig
 
 
 def binaries_or_skip() -> K8sBinaries:
     try:
         return find_binaries()
+    except BinariesMissing as err:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the real-Kubernetes tier must run under CI: {err}", pytrace=False)
+        pytest.skip(f"real Kubernetes peers not built: {err}")
+
+
+def controller_manager_or_skip(binaries: K8sBinaries) -> str:
+    """kube-controller-manager, which only some tests run: missing, those skip (fail under ``CI=true``)."""
+    try:
+        return find_controller_manager(binaries)
     except BinariesMissing as err:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the real-Kubernetes tier must run under CI: {err}", pytrace=False)

@@ -38,21 +38,19 @@ from hami_nodeagent.draslices import KubeSlices, SlicePublisher
 from hami_sim.realk8s import (
     SYSTEM_NAMESPACE,
     ApiError,
-    BinariesMissing,
     ControlPlane,
     K8sBinaries,
     KubeControllerManager,
     KubeScheduler,
     apply,
     deployed,
-    find_controller_manager,
     policy_documents,
     rbac_documents,
     repo_root,
     webhook_configuration,
 )
 from hami_sim.waiting import eventually_sync
-from tests.realk8s.conftest import binaries_or_skip
+from tests.realk8s.conftest import controller_manager_or_skip
 from tests.webhook.conftest import TlsFiles, offline_settings
 from tests.webhook.support import container, pod, served, write_self_signed
 
@@ -124,11 +122,7 @@ async def _publish(kubeconfig: Path, inventory: Path) -> SlicePublisher:
 
 @pytest.fixture(scope="module")
 def dra_cluster(k8s: K8sBinaries, tmp_path_factory: pytest.TempPathFactory) -> Iterator[DraCluster]:
-    try:
-        find_controller_manager(k8s)
-    except BinariesMissing:
-        binaries_or_skip()  # the same rule as the other peers: a skip here, a failure under CI=true
-        raise
+    controller_manager_or_skip(k8s)
     folder = tmp_path_factory.mktemp("dra-allocation")
     documents = _dra_deployment(k8s, folder)
     with ControlPlane(folder / "plane", k8s) as plane:
