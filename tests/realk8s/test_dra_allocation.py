@@ -12,13 +12,16 @@ with the scheduler's reason until one of the three is deleted, its claim with it
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Final
+from typing import Any, Final
 
 import msgspec
 import pytest
 
+from hami_common import envvars
+from hami_common.allocation import NodeAllocationConfig, build_container
 from hami_common.dra.names import DRIVER
 from hami_common.dra.objects import ResourceSlice
+from hami_common.dra.prepare import AllocatedClaim, claim_grant
 from hami_common.dra.slices import MIB, node_slices, slice_name
 from hami_common.quantity import value
 from hami_common.resources import GPU, GPU_MEMORY
@@ -31,6 +34,7 @@ GPU_NODE: Final = "dra-gpu-node"
 CPU_NODE: Final = "dra-cpu-node"
 CARD_MIB: Final = 10000
 ASK: Final = {GPU: "1", GPU_MEMORY: "3000"}
+Json = dict[str, Any]
 
 
 @pytest.fixture(scope="module")
@@ -104,6 +108,7 @@ def test_three_hami_pods_share_one_card_the_fourth_waits_until_one_is_deleted(cl
         shares.add(result["shareID"])
         assert claim["metadata"]["ownerReferences"][0]["name"] == name  # made by the controller, owned by the pod
     assert len(shares) == 3  # three allocations of one device, each its own share
+    _prepares_hami_cores_limits(cluster, claims[names[0]])
 
     cluster.create_pod(names[3], ASK)  # 4 x 3000 MiB > 10000 MiB
     reason = cluster.wait_unschedulable(names[3])
@@ -114,3 +119,15 @@ def test_three_hami_pods_share_one_card_the_fourth_waits_until_one_is_deleted(cl
     eventually_sync(lambda: missing(cluster.plane, f"{cluster.claims}/{gone}"), WAIT_S, "the pod's claim deleted")
     claim = cluster.wait_bound(names[3])
     assert claim["status"]["allocation"]["devices"]["results"][0]["device"] == "hami-gpu-0"
+
+
+def _prepares_hami_cores_limits(cluster: DraCluster, claim: Json) -> None:
+    """What the kubelet plugin's prepare (hami_common.dra.prepare; the service is not built) makes of a claim
+    the real scheduler allocated: HAMi-core's limits for the card named by the published slice."""
+    [stored] = cluster.node_slices(GPU_NODE)
+    uuids = {d["name"]: d["attributes"]["uuid"]["string"] for d in stored["spec"]["devices"]}
+    allocated = msgspec.convert(claim, AllocatedClaim)
+    answer = build_container(allocated.metadata.uid, claim_grant(allocated, GPU_NODE, uuids), NodeAllocationConfig())
+    assert answer.response.envs[envvars.NVIDIA_VISIBLE_DEVICES] == "GPU-dra-0"
+    assert answer.response.envs[envvars.memory_limit(0)] == "3000m"
+    assert answer.response.envs[envvars.CUDA_DEVICE_SM_LIMIT] == "0"  # cores unset: shared, not limited
