@@ -11,7 +11,9 @@ import kubernetes_validate
 import pytest
 
 from hami_common.dra.names import DEVICE_CLASS, DEVICE_TYPE, DRIVER
+from hami_common.settings import ENV_PREFIX, load
 from tests.deploy.manifests import Rendering, env_of, render_with_component
+from tests.deploy.test_settings import FROM_REFERENCE, service_containers, settings_class
 
 NODE: Final = "hami-node"
 WEBHOOK: Final = "hami-webhook"
@@ -93,3 +95,18 @@ def test_nothing_else_changes(pair: tuple[Rendering, Rendering]) -> None:
         assert {o["metadata"]["name"] for o in dra.of_kind(kind)} == names
     for name in {o["metadata"]["name"] for o in plain.of_kind("Deployment")} - {WEBHOOK}:
         assert dra.get("Deployment", name) == plain.get("Deployment", name)
+
+
+def test_the_webhook_and_the_node_agent_load_their_settings_in_dra_mode(pair: tuple[Rendering, Rendering]) -> None:
+    _, dra = pair
+    modes: dict[str, object] = {}
+    for ref, command in service_containers(dra):
+        env = {
+            name: str(entry.get("value", FROM_REFERENCE))
+            for name, entry in env_of(ref.container).items()
+            if name.startswith(ENV_PREFIX)
+        }
+        settings: object = load(settings_class(command), [], env=env)
+        modes[command] = getattr(settings, "dra", None)
+    assert (modes["hami-webhook"], modes["hami-nodeagent"]) == (True, True)
+    assert modes["hami-allocator"] is None  # the device plugin has no DRA mode
