@@ -68,6 +68,10 @@ class NodeLockSpec:
     key: str
     expiry: timedelta
     shared: bool
+    # our allocator serves the family and takes its placements over the bus: on a node whose allocator is
+    # ours the lock is not taken (it only lets HAMi's device plugin find its pod); the extender's in-memory
+    # hand-off orders the binds instead
+    bus_placed: bool = False
 
 
 @dataclass(frozen=True, slots=True)

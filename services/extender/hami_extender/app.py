@@ -33,6 +33,7 @@ from hami_common.kube import (
     pod_source,
     quota_source,
 )
+from hami_common.vendors import device_families
 from hami_extender.binder import Binder
 from hami_extender.deps import State
 from hami_extender.families import Families
@@ -117,9 +118,8 @@ def create_app(settings: ExtenderSettings | None = None) -> FastAPI:
             pods = WatchCache(pod_source(kube), backoff=backoff, name="pods")
             nodes = WatchCache(node_source(kube, label_selector=s.node_label_selector), backoff=backoff, name="nodes")
             quotas = WatchCache(quota_source(kube), backoff=backoff, name="resourcequotas")
-            families = Families(s.device_config().families)
-            if families:
-                log.info("device families besides NVIDIA: %s", ", ".join(f.word for f in families.configured))
+            families = Families(device_families(s.resource_config(), s.device_config().families))
+            log.info("device families: %s", ", ".join(f.word for f in families.configured))
             ledger = Ledger(mig_allowlist=s.device_config().mig_profile_allowlist, family_words=families.words)
             notices = NoticeQueue(successes=s.success_events)
             publisher = PlacementPublisher(timeout=s.publish_timeout)

@@ -4,11 +4,12 @@ Hold the node (in memory, and with HAMi's ``hami.io/mutex.lock`` annotation so m
 safe), mark the pod ``allocating`` with its bind time, POST ``pods/binding``, then publish the placement.
 The hold ends on the pod's allocation results, its deletion, its settled bind phase, or a failed bind.
 
-A pod given devices of other families takes the locks those families name (:mod:`.families`): HAMi's
-shared ``hami.io/mutex.lock``, or a family's own key holding a bare RFC 3339 time that counts as stale
-after the family's expiry (Cambricon's). Their device plugins release them after Allocate, as in HAMi; a
-bind that fails before the Binding is sent removes a family's own lock if it still holds our value. The
-in-memory hold waits for our allocator's results, so it covers the NVIDIA containers only.
+A pod takes the locks its families name (:mod:`.families`): HAMi's shared ``hami.io/mutex.lock``, or a
+family's own key holding a bare RFC 3339 time that counts as stale after the family's expiry (Cambricon's).
+Their device plugins release them after Allocate, as in HAMi; a bind that fails before the Binding is sent
+removes a family's own lock if it still holds our value. A family our allocator serves
+(``NodeLockSpec.bus_placed``) skips HAMi's lock on a node whose allocator is ours: the in-memory hold, which
+waits for our allocator's results and so covers those families' containers only, orders the binds there.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ class Binder:
     call_timeout: float = 10.0
     filter_times: FilterTimes = field(default_factory=FilterTimes)
     scheduler_name: str = DEFAULT_SCHEDULER_NAME  # binds only pods whose spec.schedulerName is this
-    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    families: Families = field(default_factory=Families)  # every device family, the primary first
     _own_locks: dict[str, tuple[str, dict[str, str]]] = field(default_factory=dict)  # uid -> node, family locks
     _unlocks: asyncio.Queue[tuple[str, str, str]] = field(default_factory=asyncio.Queue)
     unlock_failures: int = 0
@@ -295,20 +296,22 @@ class Binder:
         if stale is not None:  # an earlier bind to another node ended in doubt; this one decides
             self._end_hold(meta.uid)
         if booking is not None and any(booking.grants[booking.init_count :]):
-            grants, by_family = self.families.split(booking.grants)
-            shared, own = self.families.node_locks(by_family) if by_family else (False, ())
-            nvidia = any(grants[booking.init_count :])
-            if nvidia:
-                expected = sum(1 for g in grants if g)
+            by_family = self.families.split(booking.grants)
+            served = self.families.handed_off(by_family)  # the cards our allocator serves
+            ours = any(served[booking.init_count :])
+            if ours:
+                expected = sum(1 for g in served if g)
                 waited = time.perf_counter_ns()
                 await self.handoff.acquire(node, meta.uid, meta.namespace, meta.name, expected, self.handoff_wait)
                 handoff_wait = time.perf_counter_ns() - waited
             cached = self.cached_node("", node)
-            # HAMi's lock only where something reads it: a family sharing it, or a node whose NVIDIA side is
-            # HAMi's device plugin (it finds its pod through the lock). Our allocator gets the placement over
-            # the bus and asks the kubelet which pod it admits; the in-memory hold above still orders binds.
-            annotate = shared or (nvidia and not placed_over_bus(cached))
-            if nvidia and not annotate:
+            # HAMi's lock only where something reads it: a family sharing it, or a node whose side of a family
+            # our allocator serves is HAMi's device plugin (it finds its pod through the lock). Our allocator
+            # gets the placement over the bus and asks the kubelet which pod it admits; the in-memory hold
+            # above still orders binds.
+            shared, own = self.families.node_locks(by_family, over_bus=placed_over_bus(cached))
+            annotate = shared
+            if ours and not annotate:
                 self._bare.add(meta.uid)
             taken: dict[str, str] = {}
 

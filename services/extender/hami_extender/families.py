@@ -3,11 +3,16 @@
 Every step of the extender that HAMi keeps per vendor loops over :class:`Families` here and never names
 a family: a container's requests, a node's devices, the pod's preferences and node bonus per family, the
 annotations a placement writes, the node locks a bind takes, and the read-back of a pod's cards after a
-restart. NVIDIA stays on its own path (:mod:`hami_common.scheduling.nvidia`, the ``hami.io/vgpu-*`` keys);
-a cluster without families configured does none of this work.
+restart.
 
-A card belongs to a family when its grant's type is the family's common word (each family's Fit writes
-that word as the type, as HAMi's device lists do); every other card is NVIDIA's.
+The first family is the **primary** one (:func:`hami_common.vendors.device_families`: the device config's
+top-level knobs, NVIDIA's in HAMi), which the placement engine serves by default: its requests are
+``PodRequest.init``/``app`` (read with the service's ``ResourceConfig``), its cards come first in a node's
+usage and alone feed the Filter's pre-check summary, and the node's registration, pair scores and handshake
+are its own (:mod:`.sync`). The **others** come from the device config's sections; a cluster without any
+does none of their work. A card belongs to another family when its grant's type is that family's common
+word (each family's Fit writes that word as the type, as HAMi's device lists do); every other card is the
+primary family's.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from hami_common.scheduling import (
     Vendor,
     quota_from_hard,
 )
-from hami_common.vendors import DeviceFamily, NodeLockSpec, NodeView
+from hami_common.vendors import DeviceFamily, NodeLockSpec, NodeView, device_families
 
 __all__ = ["Families", "container_resources", "merge"]
 
@@ -46,22 +51,31 @@ def container_resources(containers: Sequence[Container]) -> list[ContainerResour
 
 @dataclass(eq=False)
 class Families:
-    """The configured families (``DeviceConfig.families``), in configuration order."""
+    """Every family the extender serves, the primary first (``device_families``), in configuration order.
 
-    configured: tuple[DeviceFamily, ...] = ()
-    _by_word: dict[str, DeviceFamily] = field(init=False, default_factory=dict)
+    ``bool(families)`` says whether there are others beside the primary: the fast paths test it."""
+
+    configured: tuple[DeviceFamily, ...] = field(default_factory=device_families)
+    primary: DeviceFamily = field(init=False)
+    others: tuple[DeviceFamily, ...] = field(init=False)
+    _by_word: dict[str, DeviceFamily] = field(init=False, default_factory=dict)  # the others'
     _vendors: Mapping[str, Vendor] = field(init=False, default_factory=dict)
     _malformed: dict[tuple[str, str], str] = field(init=False, default_factory=dict)  # (node, word) -> error
 
     def __post_init__(self) -> None:
-        self._by_word = {f.word: f for f in self.configured}
+        if not self.configured:
+            raise ValueError("no device family: the primary one comes first (hami_common.vendors.device_families)")
+        self.primary, *others = self.configured
+        self.others = tuple(others)
+        self._by_word = {f.word: f for f in self.others}
         self._vendors = {**DEFAULT_VENDORS, **self._by_word}
 
     def __bool__(self) -> bool:
-        return bool(self.configured)
+        return bool(self.others)
 
     @property
     def words(self) -> frozenset[str]:
+        """The other families' common words."""
         return frozenset(self._by_word)
 
     def family_of(self, word: str) -> DeviceFamily | None:
@@ -70,20 +84,21 @@ class Families:
     # --- requests and fit --------------------------------------------------------------------------------
 
     def request_of(self, pod: Pod, config: ResourceConfig) -> PodRequest:
-        """NVIDIA's request per container plus each family's (HAMi's per-container vendor -> request map)."""
+        """The primary family's request per container (read with ``config``) plus each other family's (HAMi's
+        per-container vendor -> request map)."""
         return pod_request(
             container_resources(pod.spec.init_containers),
             container_resources(pod.spec.containers),
             config,
-            self.configured,
+            self.others,
         )
 
     def plan(self, request: PodRequest, annotations: Mapping[str, str], base: PodPreferences) -> PodFamilies:
         """The fit's families for one pod: each asked family's preferences (its own use/nouse keys) and scorer."""
         if not request.families:
-            return _NO_PLAN  # NVIDIA alone: the engine's default, no per-pod work
+            return _NO_PLAN  # the primary family alone: the engine's default, no per-pod work
         asked = {r.type for container in request.families for r in container}
-        used = [f for f in self.configured if f.word in asked]
+        used = [f for f in self.others if f.word in asked]
         return PodFamilies(
             vendors=self._vendors,
             prefs={f.word: f.preferences(base, annotations) for f in used},
@@ -91,11 +106,11 @@ class Families:
         )
 
     def quotas(self, hards: Iterable[Mapping[str, str]]) -> dict[str, NamespaceQuota]:
-        """Each family's namespace limits from ``spec.hard`` (``limits.<memory>``, ``limits.<cores>`` of its
-        :class:`~hami_common.vendors.QuotaSpec`), by word; only families with a limit set are listed."""
+        """Each other family's namespace limits from ``spec.hard`` (``limits.<memory>``, ``limits.<cores>`` of
+        its :class:`~hami_common.vendors.QuotaSpec`), by word; only families with a limit set are listed."""
         hards = list(hards)
         out: dict[str, NamespaceQuota] = {}
-        for f in self.configured:
+        for f in self.others:
             spec = f.quota
             quota = quota_from_hard(hards, spec.memory_name, spec.core_name)
             if quota.memory_limit is not None or quota.cores_limit is not None:
@@ -107,7 +122,8 @@ class Families:
     def present(self, family: DeviceFamily, node: Node) -> bool:
         """Whether the node shows this family at all: one of its resources in capacity or allocatable (its
         device plugin registered), or its handshake annotation (its plugin reported). Nodes that show none
-        are skipped without reading, so a NVIDIA node costs a few dictionary look-ups per family."""
+        are skipped without reading, so a node of the primary family alone costs a few dictionary look-ups
+        per other family."""
         status = node.status
         for name in family.resource_names:
             if name in status.capacity or name in status.allocatable:
@@ -117,7 +133,7 @@ class Families:
 
     def node_devices(self, family: DeviceFamily, node: Node) -> tuple[DeviceUsage, ...]:
         """The family's devices on the node; a malformed source is logged once (per node and error) and
-        contributes none, so it never costs the node its other families' or NVIDIA's devices."""
+        contributes none, so it never costs the node another family's devices."""
         name = node.metadata.name
         view = NodeView(
             name=name,
@@ -142,14 +158,19 @@ class Families:
 
     # --- placement ---------------------------------------------------------------------------------------
 
-    def split(self, grants: PodDevices) -> tuple[PodDevices, dict[str, PodDevices]]:
-        """NVIDIA's cards per container, and each family's that the pod was given (containers aligned)."""
-        if not self._by_word:
-            return grants, {}
+    def split(self, grants: PodDevices) -> dict[str, PodDevices]:
+        """Each family's cards the pod was given, by word, containers aligned (a family given none is left
+        out; the primary family's entry first)."""
         words = self._by_word
-        nvidia = tuple(tuple(g for g in c if g.type not in words) for c in grants)
+        if not words:
+            return {self.primary.word: grants} if any(grants) else {}
+        out: dict[str, PodDevices] = {}
+        primary = tuple(tuple(g for g in c if g.type not in words) for c in grants)
+        if any(primary):
+            out[self.primary.word] = primary
         used = {g.type for c in grants for g in c if g.type in words}
-        return nvidia, {w: tuple(tuple(g for g in c if g.type == w) for c in grants) for w in used}
+        out.update((w, tuple(tuple(g for g in c if g.type == w) for c in grants)) for w in sorted(used))
+        return out
 
     def pod_annotations(
         self, node: NodeUsage, by_family: Mapping[str, PodDevices], annotations: Mapping[str, str]
@@ -162,22 +183,41 @@ class Families:
                 out.update(f.pod_annotations(node, picked, annotations))
         return out
 
-    def node_locks(self, by_family: Mapping[str, PodDevices]) -> tuple[bool, tuple[NodeLockSpec, ...]]:
-        """Whether the used families take HAMi's shared ``hami.io/mutex.lock``, and their own lock keys."""
+    def stale(self, by_family: Mapping[str, PodDevices], annotations: Mapping[str, str]) -> list[str]:
+        """The annotations of families the pod was not given cards of that it still carries (an earlier
+        placement's): a new placement removes them, as HAMi writes a family's lists only when it places it."""
+        return sorted(
+            key for f in self.configured if f.word not in by_family for key in f.owned_annotations if key in annotations
+        )
+
+    def node_locks(self, by_family: Mapping[str, PodDevices], over_bus: bool) -> tuple[bool, tuple[NodeLockSpec, ...]]:
+        """Whether the used families take HAMi's shared ``hami.io/mutex.lock``, and their own lock keys.
+        ``over_bus``: the node's allocator is ours and takes placements over the bus, so a family it serves
+        (``NodeLockSpec.bus_placed``: the lock only lets HAMi's device plugin find its pod) needs none there."""
         shared = False
         own: list[NodeLockSpec] = []
         for f in self.configured:
             if f.word in by_family:
                 spec = f.node_lock
+                if spec.bus_placed and over_bus:
+                    continue
                 if spec.shared:
                     shared = True
                 elif spec not in own:
                     own.append(spec)
         return shared, tuple(own)
 
+    def handed_off(self, by_family: Mapping[str, PodDevices]) -> PodDevices:
+        """Per container, the cards of the families our allocator serves (``NodeLockSpec.bus_placed``): the
+        binder's hand-off holds the node until their Allocate answers."""
+        picked = {f.word: by_family[f.word] for f in self.configured if f.node_lock.bus_placed and f.word in by_family}
+        if len(picked) == 1:
+            return next(iter(picked.values()))
+        return merge(picked, max((len(p) for p in picked.values()), default=0))
+
     def allocated(self, annotations: Mapping[str, str]) -> dict[str, PodDevices]:
-        """Each family's cards per container, read back from the pod's annotations; AnnotationError when
-        one does not decode."""
+        """Each family's cards per container, read back from the pod's annotations, in configuration order;
+        AnnotationError when one does not decode."""
         out: dict[str, PodDevices] = {}
         for f in self.configured:
             picked = f.allocated(annotations)
@@ -186,11 +226,11 @@ class Families:
         return out
 
 
-def merge(nvidia: PodDevices, by_family: Mapping[str, PodDevices], containers: int) -> PodDevices:
-    """Per container: NVIDIA's cards, then each family's (in the order given), as Filter grants them."""
+def merge(by_family: Mapping[str, PodDevices], containers: int) -> PodDevices:
+    """Per container: each family's cards, in the order given, as Filter grants them."""
     merged: list[tuple[ContainerDevice, ...]] = []
     for i in range(containers):
-        cards: tuple[ContainerDevice, ...] = nvidia[i] if i < len(nvidia) else ()
+        cards: tuple[ContainerDevice, ...] = ()
         for picked in by_family.values():
             if i < len(picked):
                 cards = (*cards, *picked[i])

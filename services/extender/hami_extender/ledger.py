@@ -32,8 +32,8 @@ _FULL_CORES = 100
 
 @dataclass(frozen=True, slots=True)
 class Registration:
-    """What a node offers: its NVIDIA cards (registration order), pair scores and cordoned cards, and the
-    other device families' devices (``families``, idle, as each family read them; after NVIDIA's)."""
+    """What a node offers: the primary family's cards (registration order), pair scores and cordoned cards,
+    and the other device families' devices (``families``, idle, as each family read them; after those)."""
 
     devices: tuple[DeviceInfo, ...]
     pair_scores: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
@@ -81,10 +81,10 @@ class NodeView:
         )
 
 
-def _view(usage: NodeUsage, nvidia: int | None = None) -> NodeView:
-    """``nvidia``: how many of the node's devices (the first ones) are NVIDIA's, when others follow; the
-    summary covers those only, as only NVIDIA requests are pre-filtered (the families' Fit differs)."""
-    devices = usage.devices if nvidia is None else usage.devices[:nvidia]
+def _view(usage: NodeUsage, primary: int | None = None) -> NodeView:
+    """``primary``: how many of the node's devices (the first ones) are the primary family's, when others
+    follow; the summary covers those only, as only its requests are pre-filtered (the others' Fit differs)."""
+    devices = usage.devices if primary is None else usage.devices[:primary]
     free = [d for d in devices if d.health and d.has_free_slot and d.id not in usage.cordoned]
     return NodeView(
         usage=usage,
@@ -115,7 +115,7 @@ class Ledger:
         self, mig_allowlist: Sequence[AllowlistEntry] = (), family_words: AbstractSet[str] = frozenset()
     ) -> None:
         self.mig_allowlist: tuple[AllowlistEntry, ...] = tuple(mig_allowlist)
-        # the device families' common words: their cards count against their own quota, not NVIDIA's
+        # the other device families' common words: their cards count against their own quota, not the primary's
         self.family_words = frozenset(family_words)
         self._family_limits: dict[tuple[str, str], NamespaceQuota] = {}
         self._family_used: dict[tuple[str, str], tuple[int, int]] = {}
@@ -162,10 +162,10 @@ class Ledger:
         )
         for uid in sorted(self._by_node.get(node, ())):
             usage = apply_charges(usage, self._bookings[uid].charges)
-        self._set_view(node, _view(usage, self._nvidia_count(node)))
+        self._set_view(node, _view(usage, self._primary_count(node)))
         self.version += 1
 
-    def _nvidia_count(self, node: str) -> int | None:
+    def _primary_count(self, node: str) -> int | None:
         registration = self._registrations.get(node)
         if registration is None or not registration.families:
             return None
@@ -267,7 +267,7 @@ class Ledger:
         view = self._views.get(booking.node)
         if view is not None:
             usage = apply_charges(view.usage, booking.charges, sign)
-            self._set_view(booking.node, _view(usage, self._nvidia_count(booking.node)))
+            self._set_view(booking.node, _view(usage, self._primary_count(booking.node)))
         self.version += 1
 
     def _drop_view(self, node: str) -> NodeView | None:

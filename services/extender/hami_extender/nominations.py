@@ -25,10 +25,10 @@ class Nominee:
     priority: int
     request: PodRequest
     prefs: PodPreferences
-    families: PodFamilies | None = None  # the device families its fit consults (None: NVIDIA's alone)
+    families: PodFamilies | None = None  # the device families its fit consults (None: the primary alone)
 
 
-def _nvidia_only(request: PodRequest, annotations: Mapping[str, str], prefs: PodPreferences) -> PodFamilies | None:
+def _primary_only(request: PodRequest, annotations: Mapping[str, str], prefs: PodPreferences) -> PodFamilies | None:
     return None
 
 
@@ -36,7 +36,7 @@ def _nvidia_only(request: PodRequest, annotations: Mapping[str, str], prefs: Pod
 class Nominations:
     request_of: Callable[[Pod], PodRequest]
     defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
-    plan: Callable[[PodRequest, Mapping[str, str], PodPreferences], PodFamilies | None] = _nvidia_only
+    plan: Callable[[PodRequest, Mapping[str, str], PodPreferences], PodFamilies | None] = _primary_only
     _nodes: dict[str, str] = field(default_factory=dict)  # uid -> the node it is nominated to
     _by_node: dict[str, dict[str, Nominee]] = field(default_factory=dict)
 

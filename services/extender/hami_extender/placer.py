@@ -35,14 +35,12 @@ from datetime import datetime
 from hami_common import logkeys, spans
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
-    DEVICES_TO_ALLOCATE,
     GRANT_SIGNATURE,
     MIG_ALLOCATIONS,
     TRACE_CONTEXT,
     VGPU_NODE,
     VGPU_TIME,
     encode_mig_allocations,
-    encode_pod_devices,
     encode_unix_seconds,
 )
 from hami_common.errors import HamiError, InvalidInput, TransientError
@@ -145,7 +143,7 @@ class Placer:
     filter_times: FilterTimes = field(default_factory=FilterTimes)  # read by Bind, for the placement decision
     grant_key: GrantKey | None = None  # signs each grant, so allocators can tell it from a forged one
     nominations: Nominations | None = None  # preemptors kube-scheduler nominated: their nodes are kept for them
-    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    families: Families = field(default_factory=Families)  # every device family, the primary first
     bus_node: Callable[[str], bool] = field(default=lambda node: False)  # the node's allocator is ours
     refusals: Callable[[FilterRefusal], None] | None = None  # told of each pod no node fits (never waited for)
 
@@ -255,34 +253,25 @@ class Placer:
             mig=chosen.mig,
         )
         self.ledger.book(booking)  # reserve before the patch: a concurrent Filter sees these cards taken
-        nvidia, by_family = self.families.split(chosen.grants) if request.families else (chosen.grants, {})
-        encoded = encode_pod_devices(nvidia)
+        by_family = self.families.split(chosen.grants)
         changes: dict[str, str | None] = {
             VGPU_NODE: chosen.node,
             VGPU_TIME: encode_unix_seconds(self.clock()),
         }
-        if any(nvidia) or not by_family:
-            changes[DEVICES_TO_ALLOCATE] = encoded
-            changes[DEVICES_ALLOCATED] = encoded
-        else:  # HAMi writes a vendor's lists only when the pod got its devices: none of NVIDIA's here
-            encoded = ""
-            for key in (DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED):
-                if key in meta.annotations:
-                    changes[key] = None
-        signed: dict[str, str] = {}
-        if by_family:
-            view = self.ledger.view(chosen.node)
-            usage = view.usage if view is not None else NodeUsage(name=chosen.node, devices=())
-            written = {k: v for k, v in changes.items() if v is not None}
-            signed = self.families.pod_annotations(usage, by_family, {**meta.annotations, **written})
-            changes.update(signed)
+        # HAMi writes a family's lists only when the pod got its devices: an earlier placement's go
+        changes.update(dict.fromkeys(self.families.stale(by_family, meta.annotations)))
+        view = self.ledger.view(chosen.node)
+        usage = view.usage if view is not None else NodeUsage(name=chosen.node, devices=())
+        written = {k: v for k, v in changes.items() if v is not None}
+        signed = self.families.pod_annotations(usage, by_family, {**meta.annotations, **written})
+        changes.update(signed)
         if chosen.mig:
             changes[MIG_ALLOCATIONS] = encode_mig_allocations(chosen.mig)
         elif MIG_ALLOCATIONS in meta.annotations:
             changes[MIG_ALLOCATIONS] = None  # an earlier Filter's reservations, on another node or card
         if self.grant_key is not None:
             changes[GRANT_SIGNATURE] = self.grant_key.sign(
-                meta.uid, chosen.node, encoded, chosen.mig, family_lists(signed)
+                meta.uid, chosen.node, signed.get(DEVICES_ALLOCATED, ""), chosen.mig, family_lists(signed)
             )
         started = time.perf_counter()
         try:
@@ -314,7 +303,7 @@ class Placer:
                 meta.namespace,
                 meta.name,
                 chosen.node,
-                encoded,
+                signed.get(DEVICES_ALLOCATED, ""),
                 extra={logkeys.POD_UID: meta.uid, logkeys.NODE: chosen.node},
             )
         )

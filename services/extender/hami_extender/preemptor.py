@@ -126,7 +126,7 @@ class Preemptor:
     budgets: Callable[[], Awaitable[list[Budget]]]  # every PodDisruptionBudget, read when a choice needs them
     defaults: SchedulerDefaults = field(default_factory=SchedulerDefaults)
     resources: ResourceConfig = field(default_factory=ResourceConfig)
-    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    families: Families = field(default_factory=Families)  # every device family, the primary first
 
     async def preempt(self, args: PreemptionArgs) -> PreemptionResult:
         pod = args.pod

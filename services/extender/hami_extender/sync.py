@@ -3,9 +3,10 @@
 A pod holds cards when it carries ``hami.io/vgpu-node`` and ``hami.io/vgpu-devices-allocated`` and has not
 finished; once every init container has exited 0, only its app containers count. A node is registered
 while ``hami.io/node-nvidia-register`` lists at least one card and the node passes HAMi's handshake check
-(:mod:`.handshake`), or while a configured device family finds devices there (:mod:`.families`): each
-family is read and judged on its own, so one family's bad annotation or failed handshake drops only its
-devices. A pod's cards are read back from NVIDIA's list and every family's.
+(:mod:`.handshake`): the primary family's registration, pair scores and handshake; or while another
+configured family finds devices there (:mod:`.families`): each family is read and judged on its own, so one
+family's bad annotation or failed handshake drops only its devices. A pod's cards are read back from every
+family's list.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from hami_common.annotations import (
     BIND_PHASE,
     BIND_PHASE_FAILED,
     BIND_PHASE_SUCCESS,
-    DEVICES_ALLOCATED,
     MIG_ALLOCATIONS,
     NODE_PLACEMENTS,
     NODE_PLACEMENTS_BUS,
@@ -32,7 +32,6 @@ from hami_common.annotations import (
     decode_mig_allocations,
     decode_node_devices,
     decode_pair_scores,
-    decode_pod_devices,
 )
 from hami_common.errors import AnnotationError
 from hami_common.kube import Change, Node, Pod, ResourceQuota
@@ -100,22 +99,20 @@ def booking_from(pod: Pod, families: Families = _NO_FAMILIES) -> Booking | None:
 
     A MIG pod also holds the instances of ``hami.io/vgpu-mig-allocations``, all of them until the pod
     finishes: an instance lives as long as its pod, a finished init container's too. A pod's cards of the
-    configured ``families`` are read from each family's own list and follow NVIDIA's in each container, as
+    ``families`` are read from each family's own list, in configuration order within each container, as
     Filter grants them. Raises ``AnnotationError`` when an annotation does not decode."""
     meta = pod.metadata
     node = meta.annotations.get(VGPU_NODE)
-    allocated = meta.annotations.get(DEVICES_ALLOCATED)
     if not node or pod.status.phase in FINISHED_PHASES:
         return None
-    by_family = families.allocated(meta.annotations) if families else {}
-    if not allocated and not by_family:
+    by_family = families.allocated(meta.annotations)
+    if not by_family:
         return None
     init_count = len(pod.spec.init_containers)
-    decoded = decode_pod_devices(allocated, DEVICES_ALLOCATED) if allocated else ()
     containers = init_count + len(pod.spec.containers)
-    grants = decoded[:containers] if pod.spec.containers else decoded
-    if by_family:
-        grants = merge(grants, by_family, containers if pod.spec.containers else len(grants))
+    if not pod.spec.containers:
+        containers = max(len(picked) for picked in by_family.values())
+    grants = merge(by_family, containers)
     init, app = grants[:init_count], grants[init_count:]
     if _init_done(pod):
         init = ()
@@ -144,7 +141,7 @@ class LedgerSync:
     on_bind_settled: Callable[[str], None] = lambda uid: None
     handshakes: NodeHandshakes | None = None  # None: judge no handshakes (tests of the ledger alone)
     resources: ResourceConfig = field(default_factory=ResourceConfig)  # quota keys follow the resource names
-    families: Families = field(default_factory=Families)  # the device families besides NVIDIA
+    families: Families = field(default_factory=Families)  # every device family, the primary first
     malformed: int = 0
     _quotas: dict[str, dict[str, Mapping[str, str]]] = field(default_factory=dict)
 
@@ -215,7 +212,7 @@ class LedgerSync:
         devices, then CheckHealth; unhealthy drops that family's devices only)."""
         name = node.metadata.name
         out: list[DeviceUsage] = []
-        for family in self.families.configured:
+        for family in self.families.others:
             if not self.families.present(family, node):
                 if self.handshakes is not None:
                     self.handshakes.forget_family(name, family.word)

@@ -89,7 +89,7 @@ class NvidiaFamily:
 
     @property
     def node_lock(self) -> NodeLockSpec:
-        return NodeLockSpec(key=NODE_LOCK, expiry=SHARED_LOCK_EXPIRY, shared=True)
+        return NodeLockSpec(key=NODE_LOCK, expiry=SHARED_LOCK_EXPIRY, shared=True, bus_placed=True)
 
     @property
     def quota(self) -> QuotaSpec:
