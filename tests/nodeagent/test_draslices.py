@@ -21,9 +21,10 @@ class DictStore:
     def __init__(self) -> None:
         self.slices: dict[str, ResourceSlice] = {}
         self.versions: dict[str, int] = {}
+        self.incarnation = 1  # a Node deleted and registered again gets a new uid
 
     async def node_uid(self, node: str) -> str:
-        return f"uid-of-{node}"
+        return f"uid-of-{node}-{self.incarnation}"
 
     async def list(self, node: str) -> list[PublishedSlice]:
         return [
@@ -67,7 +68,7 @@ async def test_the_pool_is_written_once_and_again_only_when_the_gpus_change(inve
     assert await publisher.sync()
     [published] = store.slices.values()
     assert (published.spec.pool.generation, _devices(store)) == (1, ["hami-gpu-0", "hami-gpu-1"])
-    assert published.metadata.owner_references[0].uid == f"uid-of-{NODE}"
+    assert published.metadata.owner_references[0].uid == f"uid-of-{NODE}-1"
     assert not await publisher.sync()
     assert not await publisher.sync(check=True)
     assert publisher.writes == 1
@@ -82,11 +83,14 @@ async def test_slices_removed_by_someone_else_come_back_at_the_next_check(invent
     store = DictStore()
     publisher = _publisher(inventory_file, store)
     await publisher.sync()
-    store.slices.clear()  # what a starting kubelet does to a node's slices
+    store.slices.clear()  # what a starting kubelet does to a node's slices, or the collector to a new Node's
+    store.incarnation = 2
     assert not await publisher.sync()  # a poll without a check trusts what it wrote
     assert await publisher.sync(check=True)
     assert _devices(store) == ["hami-gpu-0", "hami-gpu-1"]
-    assert next(iter(store.slices.values())).spec.pool.generation == 2
+    [published] = store.slices.values()
+    assert published.spec.pool.generation == 2
+    assert published.metadata.owner_references[0].uid == f"uid-of-{NODE}-2"  # owned by the Node as it is now
 
 
 async def test_a_restarted_agent_supersedes_the_pool_it_left_and_removes_extra_slices(inventory_file: Path) -> None:

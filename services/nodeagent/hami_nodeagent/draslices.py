@@ -120,7 +120,6 @@ class SlicePublisher:
     generation: int = 0  # the pool generation last written (0: none yet)
     _devices: tuple[Device, ...] | None = None
     _names: frozenset[str] = frozenset()
-    _uid: str = ""
 
     @property
     def devices(self) -> tuple[Device, ...]:
@@ -146,11 +145,12 @@ class SlicePublisher:
         )
 
     async def _write(self, devices: tuple[Device, ...], published: Sequence[PublishedSlice]) -> None:
-        if not self._uid:
-            self._uid = await self.store.node_uid(self.node)
+        # read at every write (writes are rare): a Node deleted and registered again has a new uid, and slices
+        # owned by the old one would be collected as soon as they are written
+        uid = await self.store.node_uid(self.node)
         # past every generation seen, so a restarted agent's pool supersedes the one it left behind
         generation = max([self.generation, *(s.spec.pool.generation for s in published)]) + 1
-        wanted = node_slices(self.node, devices, generation=generation, node_uid=self._uid)
+        wanted = node_slices(self.node, devices, generation=generation, node_uid=uid)
         versions = {s.metadata.name: s.metadata.resource_version for s in published}
         for body in wanted:
             name = body.metadata.name
