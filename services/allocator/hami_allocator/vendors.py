@@ -205,5 +205,5 @@ class VendorPluginService(DevicePluginServicer):  # type: ignore[misc]
 
 
 def erase_keys(plugins: Sequence[VendorPlugin]) -> tuple[str, ...]:
-    """NVIDIA's list and every plugin's that erases its entries."""
+    """The primary family's list (this plugin's own) and every plugin's that erases its entries."""
     return (DEVICES_TO_ALLOCATE, *(k for p in plugins if (k := p.to_allocate_key) is not None))

@@ -60,6 +60,9 @@ class Families:
     others: tuple[DeviceFamily, ...] = field(init=False)
     _by_word: dict[str, DeviceFamily] = field(init=False, default_factory=dict)  # the others'
     _vendors: Mapping[str, Vendor] = field(init=False, default_factory=dict)
+    # read on every placement and bind: the families' properties build their values on each call
+    _owned: tuple[tuple[str, frozenset[str]], ...] = field(init=False, default=())
+    _locks: tuple[tuple[str, NodeLockSpec], ...] = field(init=False, default=())
     _malformed: dict[tuple[str, str], str] = field(init=False, default_factory=dict)  # (node, word) -> error
 
     def __post_init__(self) -> None:
@@ -69,6 +72,8 @@ class Families:
         self.others = tuple(others)
         self._by_word = {f.word: f for f in self.others}
         self._vendors = {**DEFAULT_VENDORS, **self._by_word}
+        self._owned = tuple((f.word, f.owned_annotations) for f in self.configured)
+        self._locks = tuple((f.word, f.node_lock) for f in self.configured)
 
     def __bool__(self) -> bool:
         return bool(self.others)
@@ -187,7 +192,7 @@ class Families:
         """The annotations of families the pod was not given cards of that it still carries (an earlier
         placement's): a new placement removes them, as HAMi writes a family's lists only when it places it."""
         return sorted(
-            key for f in self.configured if f.word not in by_family for key in f.owned_annotations if key in annotations
+            key for word, owned in self._owned if word not in by_family for key in owned if key in annotations
         )
 
     def node_locks(self, by_family: Mapping[str, PodDevices], over_bus: bool) -> tuple[bool, tuple[NodeLockSpec, ...]]:
@@ -196,9 +201,8 @@ class Families:
         (``NodeLockSpec.bus_placed``: the lock only lets HAMi's device plugin find its pod) needs none there."""
         shared = False
         own: list[NodeLockSpec] = []
-        for f in self.configured:
-            if f.word in by_family:
-                spec = f.node_lock
+        for word, spec in self._locks:
+            if word in by_family:
                 if spec.bus_placed and over_bus:
                     continue
                 if spec.shared:
@@ -210,7 +214,7 @@ class Families:
     def handed_off(self, by_family: Mapping[str, PodDevices]) -> PodDevices:
         """Per container, the cards of the families our allocator serves (``NodeLockSpec.bus_placed``): the
         binder's hand-off holds the node until their Allocate answers."""
-        picked = {f.word: by_family[f.word] for f in self.configured if f.node_lock.bus_placed and f.word in by_family}
+        picked = {word: by_family[word] for word, spec in self._locks if spec.bus_placed and word in by_family}
         if len(picked) == 1:
             return next(iter(picked.values()))
         return merge(picked, max((len(p) for p in picked.values()), default=0))

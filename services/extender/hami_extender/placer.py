@@ -27,7 +27,7 @@ import asyncio
 import functools
 import logging
 import time
-from collections import Counter, defaultdict
+from collections import ChainMap, Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -263,7 +263,8 @@ class Placer:
         view = self.ledger.view(chosen.node)
         usage = view.usage if view is not None else NodeUsage(name=chosen.node, devices=())
         written = {k: v for k, v in changes.items() if v is not None}
-        signed = self.families.pod_annotations(usage, by_family, {**meta.annotations, **written})
+        # a view, not a copy: most families read none of the pod's annotations
+        signed = self.families.pod_annotations(usage, by_family, ChainMap(written, meta.annotations))
         changes.update(signed)
         if chosen.mig:
             changes[MIG_ALLOCATIONS] = encode_mig_allocations(chosen.mig)
