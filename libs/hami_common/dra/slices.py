@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from hami_common.annotations.dra import DRA_SLICE_LABEL
 from hami_common.dra.names import (
     ATTR_INDEX,
     ATTR_NUMA_NODE,
@@ -59,8 +60,7 @@ __all__ = [
 MIB: Final = 1 << 20
 _CORE_UNIT: Final = 100  # a whole card's cores, in percent
 _MAX_NAME: Final = 253  # a ResourceSlice's name is a DNS subdomain
-# Marks the slices this project's node agent owns, so a publisher lists and removes only its own.
-SLICE_LABEL: Final = "hami.io/dra-slice"
+SLICE_LABEL: Final = DRA_SLICE_LABEL
 
 
 def gpu_capacity(gpu: Gpu, config: NodeDeviceConfig) -> tuple[int, int]:
