@@ -15,6 +15,7 @@ from typing import Final
 
 import httpx
 import pytest
+import yaml
 from selenium.webdriver.remote.webdriver import WebDriver
 
 from hami_cli.report import Fleet
@@ -81,6 +82,19 @@ async def submit_pods(stack: LocalCluster) -> tuple[list[str], set[str]]:
     return uids, {pending["metadata"]["uid"], "default_too-big"}
 
 
+async def report_usage(stack: LocalCluster, used_mib: int, utilization: int) -> str:
+    """The first card of the stack's inventory reports this usage (the fake inventory is NVML's stand-in, re-read
+    when it changes, and the node agent samples it like NVML); returns the card's uuid."""
+    path = stack.config.inventory_file
+    document = yaml.safe_load(await asyncio.to_thread(path.read_text))
+    first = document["nodes"][stack.config.node_names()[0]][0]
+    first.update(used_mib=used_mib, utilization=utilization)
+    staged = path.with_suffix(".tmp")
+    await asyncio.to_thread(staged.write_text, yaml.safe_dump(document, sort_keys=False))
+    staged.replace(path)  # the readers never see half a file
+    return str(first["uuid"])
+
+
 def screenshot_dir(tmp_path: Path) -> Path:
     return Path(os.environ.get("HAMI_SCREENSHOT_DIR") or tmp_path / "screenshots")
 
@@ -96,7 +110,14 @@ async def test_every_view_loads_and_agrees_with_hami_status(
         return set(placed) <= rows.keys() and bool(pending & rows.keys())
 
     await eventually(page_knows_all, timeout=30, what="the page lists every submitted pod")
-    status = await status_now(stack)
+    used_card = await report_usage(stack, used_mib=1234, utilization=40)
+
+    async def status_has_usage() -> Overview | None:
+        status = await status_now(stack)
+        gpu = next(g for g in status.gpus if g.uuid == used_card)
+        return status if gpu.memory_used_mib == 1234 else None
+
+    status = await eventually(status_has_usage, timeout=30, what="the card's sampled usage in hami status")
     await browser.open("cards", "cards")
     cards = await browser.values("#cards tbody tr[data-uuid]", "uuid")
     assert {g.uuid for g in status.gpus} == cards.keys()  # every card of every vendor, no more
@@ -106,6 +127,7 @@ async def test_every_view_loads_and_agrees_with_hami_status(
         assert shown == (gpu.memory_mib, gpu.memory_booked_mib, gpu.cores_booked), gpu.uuid
         # used memory: the same figure, or "no data" on both sides (never a 0 standing in for it)
         assert row["memory_used_mib"] == ("" if gpu.memory_used_mib is None else str(gpu.memory_used_mib)), gpu.uuid
+    assert cards[used_card]["memory_used_mib"] == "1234"  # a sampled figure, not only "no data" on both sides
 
     await browser.open("overview", "overview")
     tiles = await browser.values("#view .tiles", "x")
@@ -168,6 +190,14 @@ async def test_a_pod_links_to_its_card_and_back_and_no_data_is_said(
     reason = await browser.text("#reason")
     assert "Why it waits" in reason
     assert "not placed yet" in reason
+
+    async def refused() -> str | None:  # the extender's Filter refusal, from the bus
+        await browser.open(f"workload/{waiting}", "workload")
+        text = await browser.text("#reason")
+        return text if "no node fits" in text else None
+
+    because = await eventually(refused, timeout=30, what="the filter's reasons on the page")
+    assert "CardInsufficientMemory" in because
 
 
 async def test_a_bad_link_says_what_is_missing(stack: LocalCluster, browser: Browser) -> None:
