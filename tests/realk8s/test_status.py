@@ -10,6 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import httpx
 import pytest
 
 from hami_sim.realk8s import K8sBinaries
@@ -41,6 +42,19 @@ async def test_status_of_a_real_cluster_shows_gpus_placements_and_why_a_pod_wait
             return any(e.involved_object.uid == uid for e in events)
 
         await eventually(failed_scheduling, timeout=90, what="FailedScheduling from kube-scheduler")
+        # the web page's reason for the waiting pod: the extender's refusal, through the deployed NATS (its
+        # nats.conf must let the extender publish and the metrics service subscribe), behind the bearer token
+        workloads = cluster.metrics_url.removesuffix("/metrics") + "/ui/api/workloads"
+        bearer = {"Authorization": f"Bearer {cluster.metrics_token}"}
+        async with httpx.AsyncClient(timeout=10) as client:
+            assert (await client.get(workloads)).status_code == 401
+
+            async def refused() -> str | None:
+                rows = (await client.get(workloads, headers=bearer)).json()
+                reason = next((r["reason"] for r in rows if r["name"] == "too-big"), "")
+                return reason if "no node fits" in reason else None
+
+            page_reason = await eventually(refused, timeout=60, what="the filter's refusal on the web page")
         kubeconfig = str(cluster.config.kubeconfig)
         token = tmp_path / "metrics-token"  # deploy/'s metrics service serves /metrics to its bearer only
         token.write_text(cluster.metrics_token)
@@ -71,6 +85,7 @@ async def test_status_of_a_real_cluster_shows_gpus_placements_and_why_a_pod_wait
     assert pods["default/too-big"]["state"] == "Pending"
     assert pods["default/too-big"]["node"] == ""
     assert "CardInsufficientMemory" in pods["default/too-big"]["reason"]
+    assert "CardInsufficientMemory" in page_reason  # the page and hami status give the same reason
 
     assert as_table.returncode == 0, as_table.stderr
     assert "CardInsufficientMemory" in as_table.stdout
