@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from hami_common.annotations import (
     DEVICES_ALLOCATED,
@@ -17,16 +15,13 @@ from hami_common.annotations import (
 )
 from hami_common.envvars import CUDA_DISABLE_CONTROL, CUDA_TASK_PRIORITY, NVIDIA_VISIBLE_DEVICES
 from hami_common.errors import InvalidInput
-from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, ContainerResources, ResourceConfig, container_request
+from hami_common.resources import GPU, GPU_CORES, GPU_MEMORY, ContainerResources, ResourceConfig
 from hami_common.scheduling import NodeUsage, device_usage_from
 from hami_common.vendors import DeviceFamily, NodeView, device_families
 from hami_common.vendors.hygon import HygonFamily
 from hami_common.vendors.nvidia import NvidiaFamily
 
 NVIDIA: DeviceFamily = NvidiaFamily()  # typed as the port: mypy --strict checks that it implements it
-
-QUANTITIES = st.sampled_from(["0", "1", "2", "100", "3000", "150", "-1", "1.5", "3Gi", "x", "2147483648"])
-NAMES = st.sampled_from([GPU, GPU_MEMORY, GPU_CORES, "nvidia.com/gpumem-percentage", "nvidia.com/priority"])
 
 
 def test_the_default_family_comes_first_and_carries_the_configured_names() -> None:
@@ -38,17 +33,14 @@ def test_the_default_family_comes_first_and_carries_the_configured_names() -> No
     assert first.quota.memory_name == "example.com/vmem"
 
 
-@given(st.dictionaries(NAMES, QUANTITIES, max_size=4), st.dictionaries(NAMES, QUANTITIES, max_size=2))
-def test_the_request_is_hamis_request_rule(limits: dict[str, str], requests: dict[str, str]) -> None:
-    """Whatever a container names, the family reads what the request rule reads, or refuses it alike."""
-    container = ContainerResources("main", limits, requests)
-    try:
-        expected = container_request(container, ResourceConfig())
-    except InvalidInput as err:
-        with pytest.raises(InvalidInput, match=str(err)[:30]):
-            NVIDIA.request(container)
-        return
-    assert NVIDIA.request(container) == expected
+def test_the_request_reads_the_configured_names_and_memory_factor() -> None:
+    family = NvidiaFamily(ResourceConfig(count_name="example.com/vgpu", memory_factor=2, default_cores=5))
+    asked = family.request(ContainerResources("main", {"example.com/vgpu": "2", GPU_MEMORY: "1000"}))
+    assert asked is not None
+    assert (asked.nums, asked.memreq, asked.coresreq) == (2, 2000, 5)  # MiB times the factor; default cores
+    assert family.request(ContainerResources("main", {GPU: "1"})) is None  # not the configured count name
+    with pytest.raises(InvalidInput, match=r"example\.com/vgpu"):
+        family.request(ContainerResources("main", {"example.com/vgpu": "1.5"}))
 
 
 def test_node_devices_are_the_register_annotation() -> None:

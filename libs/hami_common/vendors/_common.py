@@ -43,7 +43,7 @@ from typing import Final, TypeVar
 
 import msgspec
 
-from hami_common.annotations.devices import ContainerDevice
+from hami_common.annotations.devices import ContainerDevice, encode_pod_devices
 from hami_common.annotations.handshake import check_handshake, encode_handshake
 from hami_common.errors import InvalidInput
 from hami_common.quantity import as_int
@@ -66,6 +66,7 @@ __all__ = [
     "check_resource_names",
     "count",
     "decode_section",
+    "device_lists",
     "device_request",
     "family_preferences",
     "fit_walk",
@@ -80,6 +81,13 @@ FULL_CORES: Final = 100
 FULL_PERCENTAGE: Final = 100
 # hami.io/mutex.lock, which Ascend and Hygon share with NVIDIA, counts as stale after five minutes (§2.7).
 SHARED_LOCK_EXPIRY: Final = timedelta(minutes=5)
+
+
+def device_lists(picked: Sequence[Sequence[ContainerDevice]], to_allocate: str, allocated: str) -> dict[str, str]:
+    """The two copies of a placement's device list a family writes (``PatchAnnotations``): the one its device
+    plugin consumes entry by entry, and the allocated record the scheduler and quota read back."""
+    devices = encode_pod_devices(picked)
+    return {to_allocate: devices, allocated: devices}
 
 
 def check_quantities(

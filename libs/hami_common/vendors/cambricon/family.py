@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami_common.annotations.devices import ContainerDevice, decode_pod_devices, encode_pod_devices
+from hami_common.annotations.devices import ContainerDevice, decode_pod_devices
 from hami_common.errors import AnnotationError, InvalidInput
 from hami_common.quantity import as_int
 from hami_common.resources import ContainerResources, DeviceRequest
@@ -16,6 +16,7 @@ from hami_common.vendors._common import (
     FULL_CORES,
     check_quantities,
     count,
+    device_lists,
     device_request,
     family_preferences,
     fit_walk,
@@ -181,10 +182,8 @@ class CambriconFamily:
         profile = dsmlu_profile(node, picked)
         if profile is None:
             return {}
-        devices = encode_pod_devices(picked)
         return {
-            DEVICES_TO_ALLOCATE: devices,
-            DEVICES_ALLOCATED: devices,
+            **device_lists(picked, DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED),
             DSMLU_PROFILE: profile,
             DSMLU_ASSIGNED: NOT_ASSIGNED,
             DSMLU_ASSIGHED: NOT_ASSIGNED,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from hami_common.annotations.devices import ContainerDevice, decode_pod_devices, encode_pod_devices
+from hami_common.annotations.devices import ContainerDevice, decode_pod_devices
 from hami_common.annotations.keys import NODE_LOCK
 from hami_common.resources import ContainerResources, DeviceRequest
 from hami_common.scheduling.policy import PodPreferences
@@ -16,6 +16,7 @@ from hami_common.vendors._common import (
     SHARED_LOCK_EXPIRY,
     check_quantities,
     count,
+    device_lists,
     device_request,
     family_preferences,
     fit_walk,
@@ -131,8 +132,7 @@ class HygonFamily:
     ) -> Mapping[str, str]:
         if not any(picked):
             return {}
-        devices = encode_pod_devices(picked)
-        return {DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: devices}
+        return device_lists(picked, DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED)
 
     @property
     def owned_annotations(self) -> frozenset[str]:

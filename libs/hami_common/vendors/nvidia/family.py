@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from hami_common.annotations import ContainerDevice, decode_node_devices, decode_pod_devices, encode_pod_devices
+from hami_common.annotations import ContainerDevice, decode_node_devices, decode_pod_devices
 from hami_common.annotations.keys import (
     DEVICES_ALLOCATED,
     DEVICES_TO_ALLOCATE,
@@ -47,7 +47,7 @@ from hami_common.scheduling.nvidia import NVIDIA
 from hami_common.scheduling.policy import PodPreferences
 from hami_common.scheduling.usage import DeviceUsage, NodeUsage, device_usage_from
 from hami_common.scheduling.vendor import ContainerFit, FitContext
-from hami_common.vendors._common import SHARED_LOCK_EXPIRY
+from hami_common.vendors._common import SHARED_LOCK_EXPIRY, device_lists
 from hami_common.vendors._family import Admission, NodeLockSpec, NodeView, QuotaSpec
 
 __all__ = ["DEFAULT_CORE_POLICY", "DEVICE_LISTS", "EXCLUSIVE_CORES", "VISIBLE_NONE", "NvidiaFamily"]
@@ -166,8 +166,7 @@ class NvidiaFamily:
     ) -> Mapping[str, str]:
         if not any(picked):
             return {}
-        devices = encode_pod_devices(picked)
-        return {DEVICES_TO_ALLOCATE: devices, DEVICES_ALLOCATED: devices}
+        return device_lists(picked, DEVICES_TO_ALLOCATE, DEVICES_ALLOCATED)
 
     @property
     def owned_annotations(self) -> frozenset[str]:
