@@ -232,6 +232,10 @@ class Families:
 
 def merge(by_family: Mapping[str, PodDevices], containers: int) -> PodDevices:
     """Per container: each family's cards, in the order given, as Filter grants them."""
+    if len(by_family) == 1:  # the ledger reads every pod back through here: one family needs no rebuild
+        (picked,) = by_family.values()
+        if len(picked) >= containers:
+            return tuple(picked[:containers])
     merged: list[tuple[ContainerDevice, ...]] = []
     for i in range(containers):
         cards: tuple[ContainerDevice, ...] = ()
